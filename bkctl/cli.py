@@ -1,0 +1,94 @@
+"""The root `bkctl` command: global options, command groups, and errors turned into exit codes.
+
+Command modules are imported here but import their heavy dependencies (twisted, kazoo, pyspark)
+inside the commands, so `bkctl --help` and TAB completion stay fast.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+from typing import Annotated, NoReturn
+
+import typer
+
+# typer 0.29 vendors click; typer is pinned in pyproject.toml, so this private path is stable for us.
+from typer._click import exceptions as click_exceptions
+
+from bkctl import __version__
+from bkctl.errors import BkctlError, ExitCode
+
+# Each module has `register(app)`, which adds its commands or group to the root app.
+COMMAND_MODULES = ("bkctl.commands.completion",)
+
+HELP = """Run, inspect and repair an Apache BookKeeper-compatible replicated log.
+
+Data goes to stdout (-o table|json|plain), messages to stderr; exit codes are listed in docs/cli.md."""
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"bkctl {__version__}")
+        raise typer.Exit()
+
+
+def _root(
+    verbose: Annotated[
+        int, typer.Option("--verbose", "-v", count=True, help="More log output on stderr (-vv for debug).")
+    ] = 0,
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    level = logging.WARNING - 10 * min(verbose, 2)
+    logging.basicConfig(
+        level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if verbose >= 2:
+        os.environ.setdefault("BKCTL_TRACEBACK", "1")
+
+
+def build_app() -> typer.Typer:
+    app = typer.Typer(
+        name="bkctl",
+        help=HELP,
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    app.callback()(_root)
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(app)
+    return app
+
+
+def main(argv: list[str] | None = None) -> NoReturn:
+    """Entry point of the `bkctl` console script."""
+    try:
+        result = build_app()(args=argv, prog_name="bkctl", standalone_mode=False)
+    except click_exceptions.ClickException as exc:
+        exc.show()
+        sys.exit(ExitCode.USAGE if isinstance(exc, click_exceptions.UsageError) else ExitCode.ERROR)
+    except (typer.Abort, KeyboardInterrupt):
+        print("bkctl: interrupted", file=sys.stderr)
+        sys.exit(ExitCode.INTERRUPTED)
+    except BkctlError as exc:
+        print(f"bkctl: error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except BrokenPipeError:
+        # `bkctl ... | head` closed our stdout: stop quietly, like cat does.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(ExitCode.OK)
+    except Exception as exc:  # last resort: one line, never a traceback unless asked for
+        if os.environ.get("BKCTL_TRACEBACK"):
+            raise
+        print(
+            f"bkctl: internal error: {type(exc).__name__}: {exc} (rerun with -vv for a traceback)",
+            file=sys.stderr,
+        )
+        sys.exit(ExitCode.ERROR)
+    sys.exit(result if isinstance(result, int) else ExitCode.OK)

@@ -1,0 +1,183 @@
+"""The only writer to stdout: tables for people, JSON for scripts, plain lines for grep.
+
+Data goes to stdout, messages to stderr. Large outputs (an inspect of a 1 GiB journal) are streamed:
+rows are written as they are produced, and JSON documents may hold iterators (written as arrays,
+element by element) and zero-argument callables (called when reached, e.g. a summary that is only
+known once the records before it were consumed).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum, StrEnum
+from itertools import islice
+from typing import Annotated, Any, TextIO
+
+import typer
+
+
+class OutputFormat(StrEnum):
+    table = "table"
+    json = "json"
+    plain = "plain"
+
+
+OutputOption = Annotated[
+    OutputFormat | None,
+    typer.Option(
+        "--output",
+        "-o",
+        "-w",
+        envvar="BKCTL_OUTPUT",
+        case_sensitive=False,
+        help="table (default on a terminal), json (stable schema for scripts) "
+        "or plain (tab-separated, default when piped).",
+        show_default=False,
+    ),
+]
+
+
+def resolve(fmt: OutputFormat | None, stream: TextIO | None = None) -> OutputFormat:
+    """The format to use: the one asked for, else table on a terminal and plain when piped."""
+    if fmt is not None:
+        return fmt
+    return OutputFormat.table if (stream or sys.stdout).isatty() else OutputFormat.plain
+
+
+@dataclass(frozen=True)
+class Column:
+    """A column of a table: `key` in the row dict, `header` shown on top, right-aligned numbers."""
+
+    key: str
+    header: str
+    numeric: bool = False
+
+
+def message(text: str) -> None:
+    """A message for the person at the terminal (stderr, never stdout)."""
+    print(text, file=sys.stderr, flush=True)
+
+
+# --- JSON ---------------------------------------------------------------------------------------------
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
+    if isinstance(value, Enum):
+        return value.name
+    return str(value)
+
+
+def write_json(document: Any, out: TextIO | None = None) -> None:
+    """Write `document` as one JSON value followed by a newline, streaming iterators and callables."""
+    out = out or sys.stdout
+    _write_value(document, out)
+    out.write("\n")
+    out.flush()
+
+
+def _write_value(value: Any, out: TextIO) -> None:
+    if callable(value) and not isinstance(value, type):
+        value = value()
+    if isinstance(value, Mapping):
+        out.write("{")
+        for i, (key, item) in enumerate(value.items()):
+            out.write(", " if i else "")
+            out.write(json.dumps(str(key)) + ": ")
+            _write_value(item, out)
+        out.write("}")
+    elif isinstance(value, (Iterator, list, tuple)):
+        out.write("[")
+        for i, item in enumerate(value):
+            out.write(",\n" if i else "")
+            _write_value(item, out)
+        out.write("]")
+    else:
+        out.write(json.dumps(value, default=_json_default, separators=(", ", ": ")))
+
+
+# --- tables and plain lines ----------------------------------------------------------------------------
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, Enum):
+        return value.name
+    if isinstance(value, (list, tuple)):
+        return ",".join(_cell(v) for v in value)
+    if isinstance(value, Mapping):
+        return json.dumps(value, default=_json_default)
+    return str(value)
+
+
+def write_rows(
+    rows: Iterable[Mapping[str, Any]],
+    columns: Sequence[Column],
+    fmt: OutputFormat,
+    out: TextIO | None = None,
+) -> int:
+    """Stream rows as a table (header, aligned) or plain tab-separated lines; return the row count.
+
+    Column widths come from the header and the first 200 rows, so a table of a million rows still
+    starts printing at once; later, wider cells just push their row out of line.
+    """
+    out = out or sys.stdout
+    iterator = iter(rows)
+    if fmt is OutputFormat.plain:
+        count = 0
+        for row in iterator:
+            out.write("\t".join(_cell(row.get(c.key)) for c in columns) + "\n")
+            count += 1
+        out.flush()
+        return count
+    head = [[_cell(row.get(c.key)) for c in columns] for row in islice(iterator, 200)]
+    widths = [max([len(c.header)] + [len(r[i]) for r in head]) for i, c in enumerate(columns)]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [
+            cell.rjust(width) if column.numeric else cell.ljust(width)
+            for cell, width, column in zip(cells, widths, columns, strict=True)
+        ]
+        return "  ".join(parts).rstrip() + "\n"
+
+    out.write(line([c.header for c in columns]))
+    for cells in head:
+        out.write(line(cells))
+    count = len(head)
+    for row in iterator:
+        out.write(line([_cell(row.get(c.key)) for c in columns]))
+        count += 1
+    out.flush()
+    return count
+
+
+def write_mapping(values: Mapping[str, Any], fmt: OutputFormat, out: TextIO | None = None) -> None:
+    """A record of named values: `key: value` lines in a table, `key<TAB>value` when plain, JSON object."""
+    out = out or sys.stdout
+    if fmt is OutputFormat.json:
+        write_json(values, out)
+        return
+    width = max((len(k) for k in values), default=0)
+    for key, value in values.items():
+        if fmt is OutputFormat.plain:
+            out.write(f"{key}\t{_cell(value)}\n")
+        else:
+            out.write(f"{key + ':':<{width + 1}}  {_cell(value)}\n")
+    out.flush()
+
+
+def write_title(text: str, fmt: OutputFormat, out: TextIO | None = None) -> None:
+    """A heading above a table; nothing in plain or JSON output, which stay machine-readable."""
+    if fmt is OutputFormat.table:
+        out = out or sys.stdout
+        out.write(f"{text}\n")

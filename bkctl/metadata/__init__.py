@@ -1,0 +1,1 @@
+"""The metadata store (ZooKeeper or embedded SQLite) and BookKeeper's layout on top of it."""
