@@ -30,7 +30,9 @@ Data goes to stdout (-o table|json|plain), messages to stderr; exit codes are li
 
 def _version(value: bool) -> None:
     if value:
-        print(f"bkctl {__version__}")
+        from bkctl.commands.output import write_text
+
+        write_text(f"bkctl {__version__}")
         raise typer.Exit()
 
 

@@ -6,9 +6,10 @@ on stderr and the class's exit code, so shell scripts can branch on `$?` without
 
 from __future__ import annotations
 
-from enum import IntEnum
+from enum import IntEnum, unique
 
 
+@unique
 class ExitCode(IntEnum):
     """Process exit codes. Never renumber: scripts depend on them."""
 

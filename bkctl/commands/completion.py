@@ -12,6 +12,8 @@ from typing import Annotated
 
 import typer
 
+from bkctl.commands import output
+
 PROG_NAME = "bkctl"
 COMPLETE_VAR = "_BKCTL_COMPLETE"
 
@@ -31,7 +33,7 @@ def completion_script(shell: Shell) -> str:
 
 def completion(shell: Annotated[Shell, typer.Argument(help="bash, zsh or fish")]) -> None:
     """Print the shell completion script, e.g. `source <(bkctl completion bash)`."""
-    print(completion_script(shell))
+    output.write_text(completion_script(shell))
 
 
 def register(app: typer.Typer) -> None:

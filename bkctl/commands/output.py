@@ -176,6 +176,13 @@ def write_mapping(values: Mapping[str, Any], fmt: OutputFormat, out: TextIO | No
     out.flush()
 
 
+def write_text(text: str, out: TextIO | None = None) -> None:
+    """Verbatim text on stdout (a completion script, a version line), newline-terminated."""
+    out = out or sys.stdout
+    out.write(text if text.endswith("\n") else text + "\n")
+    out.flush()
+
+
 def write_title(text: str, fmt: OutputFormat, out: TextIO | None = None) -> None:
     """A heading above a table; nothing in plain or JSON output, which stay machine-readable."""
     if fmt is OutputFormat.table:

@@ -1,0 +1,1 @@
+complete --command bkctl --no-files --arguments "(env _BKCTL_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=get-args _TYPER_COMPLETE_ARGS=(commandline -cp) bkctl)" --condition "env _BKCTL_COMPLETE=complete_fish _TYPER_COMPLETE_FISH_ACTION=is-args _TYPER_COMPLETE_ARGS=(commandline -cp) bkctl"

@@ -1,0 +1,75 @@
+"""CLI conventions every command relies on: exit codes, errors as one line, completion, lazy imports."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from bkctl import __version__, errors
+from bkctl.commands.completion import Shell, completion_script
+from tests.conftest import REPO
+
+
+def run_bkctl(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run `python -m bkctl ARGS` as a user would, capturing stdout and stderr separately."""
+    return subprocess.run(
+        [sys.executable, "-m", "bkctl", *args], capture_output=True, text=True, timeout=timeout_s, check=False
+    )
+
+
+def test_version() -> None:
+    result = run_bkctl("--version")
+    assert (result.returncode, result.stdout) == (0, f"bkctl {__version__}\n")
+
+
+@pytest.mark.parametrize("args", [["no-such-command"], ["completion", "tcsh"], ["--no-such-option"]])
+def test_usage_errors_exit_2_on_stderr(args: list[str]) -> None:
+    result = run_bkctl(*args)
+    assert result.returncode == errors.ExitCode.USAGE
+    assert result.stdout == ""
+    assert "Usage" in result.stderr
+
+
+def test_no_arguments_shows_help_and_exits_2() -> None:
+    result = run_bkctl()
+    assert result.returncode == errors.ExitCode.USAGE
+    assert "Commands" in result.stdout
+
+
+def test_every_error_class_has_a_documented_exit_code() -> None:
+    documented = (REPO / "docs" / "cli.md").read_text()
+    for code, name, _meaning in errors.exit_code_table():
+        assert re.search(rf"^\|\s*{code}\s*\|\s*`?{name}`?\s*\|", documented, re.M), (
+            f"{code} {name} not in cli.md"
+        )
+    classes = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, errors.BkctlError)]
+    assert all(isinstance(c.exit_code, errors.ExitCode) for c in classes)
+
+
+@pytest.mark.parametrize("shell", list(Shell))
+def test_completion_scripts_are_current(shell: Shell) -> None:
+    shipped = (REPO / "completions" / f"bkctl.{shell.value}").read_text()
+    assert shipped == completion_script(shell) + "\n", "run scripts/gen-completions"
+
+
+def test_tab_completion_answers() -> None:
+    env = {**os.environ, "_BKCTL_COMPLETE": "complete_bash", "COMP_WORDS": "bkctl comp", "COMP_CWORD": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "bkctl"], capture_output=True, text=True, timeout=60, env=env, check=False
+    )
+    assert result.stdout.split() == ["completion"]
+
+
+def test_heavy_libraries_are_imported_lazily() -> None:
+    code = (
+        "import sys; from bkctl.cli import build_app; build_app(); "
+        "print(sorted(m for m in ('twisted', 'kazoo', 'pyspark', 'sqlite_utils') if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert result.stdout.strip() == "[]"
