@@ -78,7 +78,7 @@ def package_entry(
     """Encode one entry as a client sends it (header, digest, payload)."""
     if len(payload) > limits.ENTRY_SIZE_MAX:
         raise ProtocolError(f"entry of {len(payload)} bytes exceeds the {limits.ENTRY_SIZE_MAX}-byte limit")
-    header = HEADER.pack(ledger_id, entry_id, last_add_confirmed, length)
+    header = _pack(HEADER, ledger_id, entry_id, last_add_confirmed, length)
     return header + compute_digest(digest, header, payload, key) + payload
 
 
@@ -129,7 +129,7 @@ def verify_entry(
 
 def encode_lac_body(digest: DigestType, ledger_id: int, lac: int, key: bytes | None = None) -> bytes:
     """An explicit-LAC body: int64 ledger id, int64 LAC, digest over those 16 bytes."""
-    body = LAC_BODY.pack(ledger_id, lac)
+    body = _pack(LAC_BODY, ledger_id, lac)
     return body + compute_digest(digest, body, b"", key)
 
 
@@ -139,3 +139,11 @@ def decode_lac_body(data: bytes | memoryview) -> tuple[int, int]:
         raise ProtocolError(f"explicit LAC body of {len(data)} bytes is shorter than 16")
     ledger_id, lac = LAC_BODY.unpack_from(data)
     return int(ledger_id), int(lac)
+
+
+def _pack(layout: struct.Struct, *values: int) -> bytes:
+    """Pack int64 fields; an id outside int64 is a ProtocolError, the only error codecs raise."""
+    try:
+        return layout.pack(*values)
+    except struct.error as e:
+        raise ProtocolError(f"entry field out of the int64 range: {e}") from None

@@ -2,8 +2,9 @@
 
 BookKeeper stores ledger metadata, bookie service info and v3 frames as protobuf. We only need a few
 messages, so instead of generated classes we decode to (field number, wire type, value) triples and
-encode them back in the order given; Java writes fields in field-number order, so re-encoding a message
-we decoded gives the same bytes.
+encode them back in the order given. Java writes the fields of the messages we re-encode (ledger metadata,
+bookie service info, ctime values) in field-number order, so re-encoding what we decoded gives the same
+bytes. (v3 frames are not like that: their extension fields follow the op message; we only decode those.)
 """
 
 from __future__ import annotations

@@ -1,0 +1,341 @@
+"""BookKeeper v3 (protobuf) frames, decoded far enough to describe them; bkctl speaks v2 itself.
+
+A v3 payload is a `Request` or `Response` message of BookkeeperProtocol.proto: a BKPacketHeader
+(version, operation, txnId, priority), for responses a status, and one operation message in the field
+named after it (readRequest = 100, addRequest = 101, ...). Field numbers are in docs/formats/wire.md.
+
+Telling v2 from v3: the Java bookie tries v3 first and falls back to v2 for the rest of the connection.
+A v2 payload starts with its version byte (0, 1 or 2) and a protobuf message can never start with a
+byte below 8 (that would be field number 0), so the first byte decides without trying a parse.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from enum import IntEnum, unique
+from typing import Any, Final
+
+from bkctl import limits
+from bkctl.errors import ProtocolError
+from bkctl.protocol.protobuf import Field, as_signed64, expect_bytes, expect_int, expect_text, iter_fields
+from bkctl.protocol.wire import PROTOCOL_VERSION_MAX, ReturnCode
+
+# The smallest first byte a protobuf message can start with: tag (field 1 << 3 | wire type 0).
+_FIRST_PROTOBUF_TAG: Final = 1 << 3
+
+
+@unique
+class OperationType(IntEnum):
+    READ_ENTRY = 1
+    ADD_ENTRY = 2
+    RANGE_READ_ENTRY = 3
+    RANGE_ADD_ENTRY = 4
+    AUTH = 5
+    WRITE_LAC = 6
+    READ_LAC = 7
+    GET_BOOKIE_INFO = 8
+    START_TLS = 9
+    FORCE_LEDGER = 10
+    GET_LIST_OF_ENTRIES_OF_LEDGER = 11
+    BATCH_READ_ENTRY = 12
+
+
+@unique
+class StatusCode(IntEnum):
+    """v3 StatusCode; `to_return_code` maps it to the v2 code with the same meaning."""
+
+    EOK = 0
+    ENOLEDGER = 402
+    ENOENTRY = 403
+    EBADREQ = 404
+    EIO = 501
+    EUA = 502
+    EBADVERSION = 503
+    EFENCED = 504
+    EREADONLY = 505
+    ETOOMANYREQUESTS = 506
+    EUNKNOWNLEDGERSTATE = 507
+
+    def to_return_code(self) -> ReturnCode:
+        return ReturnCode[self.name]
+
+
+# ReadRequest.Flag, AddRequest.Flag and GetBookieInfoRequest.Flags values.
+READ_FLAG_FENCE_LEDGER: Final = 1
+READ_FLAG_ENTRY_PIGGYBACK: Final = 2
+ADD_FLAG_RECOVERY_ADD: Final = 1
+BOOKIE_INFO_TOTAL_DISK_CAPACITY: Final = 0x1
+BOOKIE_INFO_FREE_DISK_SPACE: Final = 0x2
+
+_HEADER_FIELD = 1
+_STATUS_FIELD = 2
+_REQUEST_CONTEXT_FIELD = 200
+
+
+@dataclass(frozen=True)
+class PacketHeader:
+    version: int
+    operation: int
+    txn_id: int
+    priority: int = 0
+
+
+@dataclass(frozen=True)
+class Operation:
+    """The operation message of a frame; fields it does not have stay None.
+
+    `kind` is the Request/Response field name (`readRequest`, `addResponse`, ...). `body` holds the
+    entry (add request, read response), the LAC body (write LAC, read LAC response), the auth payload or
+    the entry-availability bitmap; `last_entry_body` the read LAC response's last entry.
+    """
+
+    kind: str
+    status: int | None = None
+    ledger_id: int | None = None
+    entry_id: int | None = None
+    flag: int | None = None
+    master_key: bytes | None = None
+    body: bytes | None = None
+    last_entry_body: bytes | None = None
+    write_flags: int | None = None
+    previous_lac: int | None = None
+    timeout_ms: int | None = None
+    max_lac: int | None = None
+    lac_update_timestamp: int | None = None
+    lac: int | None = None
+    requested: int | None = None
+    total_disk_capacity: int | None = None
+    free_disk_space: int | None = None
+    plugin_name: str | None = None
+
+    def describe(self) -> dict[str, object]:
+        """The fields present, for display: keys as hex, bodies as their length."""
+        out: dict[str, object] = {"kind": self.kind}
+        for f in fields(self)[1:]:
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            if f.name == "master_key":
+                out[f.name] = value.hex()
+            elif f.name.endswith("body"):
+                out[f"{f.name}_size"] = len(value)
+            else:
+                out[f.name] = value
+        return out
+
+
+@dataclass(frozen=True)
+class V3Request:
+    header: PacketHeader
+    operation: Operation | None
+    context: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class V3Response:
+    header: PacketHeader
+    status: int
+    operation: Operation | None
+
+
+# How to read one field into an Operation attribute.
+_Reader = Callable[[Field], object]
+
+
+def _int64(f: Field) -> int:
+    return as_signed64(expect_int(f))
+
+
+def _enum(f: Field) -> int:
+    # proto2 enums are int32 sent as (sign-extended) varints.
+    return as_signed64(expect_int(f))
+
+
+_READ_REQUEST: Final[Mapping[int, tuple[str, _Reader]]] = {
+    100: ("flag", _enum),
+    1: ("ledger_id", _int64),
+    2: ("entry_id", _int64),
+    3: ("master_key", expect_bytes),
+    4: ("previous_lac", _int64),
+    5: ("timeout_ms", _int64),
+}
+_ADD_REQUEST: Final[Mapping[int, tuple[str, _Reader]]] = {
+    100: ("flag", _enum),
+    1: ("ledger_id", _int64),
+    2: ("entry_id", _int64),
+    3: ("master_key", expect_bytes),
+    4: ("body", expect_bytes),
+    5: ("write_flags", _int64),
+}
+_AUTH_MESSAGE: Final[Mapping[int, tuple[str, _Reader]]] = {
+    1: ("plugin_name", expect_text),
+    2: ("body", expect_bytes),
+}
+_WRITE_LAC_REQUEST: Final[Mapping[int, tuple[str, _Reader]]] = {
+    1: ("ledger_id", _int64),
+    2: ("lac", _int64),
+    3: ("master_key", expect_bytes),
+    4: ("body", expect_bytes),
+}
+_LEDGER_ONLY: Final[Mapping[int, tuple[str, _Reader]]] = {1: ("ledger_id", _int64)}
+_GET_BOOKIE_INFO_REQUEST: Final[Mapping[int, tuple[str, _Reader]]] = {1: ("requested", _int64)}
+_EMPTY: Final[Mapping[int, tuple[str, _Reader]]] = {}
+
+_READ_RESPONSE: Final[Mapping[int, tuple[str, _Reader]]] = {
+    1: ("status", _enum),
+    2: ("ledger_id", _int64),
+    3: ("entry_id", _int64),
+    4: ("body", expect_bytes),
+    5: ("max_lac", _int64),
+    6: ("lac_update_timestamp", _int64),
+}
+_ADD_RESPONSE: Final[Mapping[int, tuple[str, _Reader]]] = {
+    1: ("status", _enum),
+    2: ("ledger_id", _int64),
+    3: ("entry_id", _int64),
+}
+_LEDGER_STATUS_RESPONSE: Final[Mapping[int, tuple[str, _Reader]]] = {
+    1: ("status", _enum),
+    2: ("ledger_id", _int64),
+}
+_READ_LAC_RESPONSE: Final[Mapping[int, tuple[str, _Reader]]] = {
+    1: ("status", _enum),
+    2: ("ledger_id", _int64),
+    3: ("body", expect_bytes),
+    4: ("last_entry_body", expect_bytes),
+}
+_GET_BOOKIE_INFO_RESPONSE: Final[Mapping[int, tuple[str, _Reader]]] = {
+    1: ("status", _enum),
+    2: ("total_disk_capacity", _int64),
+    3: ("free_disk_space", _int64),
+}
+_ENTRIES_OF_LEDGER_RESPONSE: Final[Mapping[int, tuple[str, _Reader]]] = {
+    1: ("status", _enum),
+    2: ("ledger_id", _int64),
+    3: ("body", expect_bytes),
+}
+
+# Request / Response field number -> (field name, schema of the operation message).
+_REQUEST_OPS: Final[Mapping[int, tuple[str, Mapping[int, tuple[str, _Reader]]]]] = {
+    100: ("readRequest", _READ_REQUEST),
+    101: ("addRequest", _ADD_REQUEST),
+    102: ("authRequest", _AUTH_MESSAGE),
+    103: ("writeLacRequest", _WRITE_LAC_REQUEST),
+    104: ("readLacRequest", _LEDGER_ONLY),
+    105: ("getBookieInfoRequest", _GET_BOOKIE_INFO_REQUEST),
+    106: ("startTLSRequest", _EMPTY),
+    107: ("forceLedgerRequest", _LEDGER_ONLY),
+    108: ("getListOfEntriesOfLedgerRequest", _LEDGER_ONLY),
+}
+_RESPONSE_OPS: Final[Mapping[int, tuple[str, Mapping[int, tuple[str, _Reader]]]]] = {
+    100: ("readResponse", _READ_RESPONSE),
+    101: ("addResponse", _ADD_RESPONSE),
+    102: ("authResponse", _AUTH_MESSAGE),
+    103: ("writeLacResponse", _LEDGER_STATUS_RESPONSE),
+    104: ("readLacResponse", _READ_LAC_RESPONSE),
+    105: ("getBookieInfoResponse", _GET_BOOKIE_INFO_RESPONSE),
+    106: ("startTLSResponse", _EMPTY),
+    107: ("forceLedgerResponse", _LEDGER_STATUS_RESPONSE),
+    108: ("getListOfEntriesOfLedgerResponse", _ENTRIES_OF_LEDGER_RESPONSE),
+}
+
+
+def is_v2_frame(payload: bytes | bytearray | memoryview) -> bool:
+    """Whether a frame payload is v2 (its first byte is a v2 version) rather than v3 protobuf."""
+    return len(payload) > 0 and payload[0] <= PROTOCOL_VERSION_MAX
+
+
+def protocol_version(payload: bytes | bytearray | memoryview) -> int:
+    """2 or 3: which codec a payload is for. A first byte of 3..7 is neither and raises ProtocolError."""
+    if is_v2_frame(payload):
+        return 2
+    if len(payload) == 0 or payload[0] < _FIRST_PROTOBUF_TAG:
+        raise ProtocolError(f"frame starts with byte {payload[0] if payload else None!r}: neither v2 nor v3")
+    return 3
+
+
+def decode_v3_request(payload: bytes | bytearray | memoryview) -> V3Request:
+    """Decode a v3 Request payload (no length prefix); ProtocolError when it is not one."""
+    header: PacketHeader | None = None
+    operation: Operation | None = None
+    context: list[tuple[str, str]] = []
+    _check_frame_size(payload)
+    for f in iter_fields(memoryview(payload)):
+        if f.number == _HEADER_FIELD:
+            header = _decode_header(expect_bytes(f))
+        elif f.number in _REQUEST_OPS:
+            operation = _decode_operation(f, *_REQUEST_OPS[f.number])
+        elif f.number == _REQUEST_CONTEXT_FIELD:
+            context.append(_decode_context(expect_bytes(f)))
+    if header is None:
+        raise ProtocolError("v3 request without a header")
+    return V3Request(header, operation, tuple(context))
+
+
+def decode_v3_response(payload: bytes | bytearray | memoryview) -> V3Response:
+    """Decode a v3 Response payload (no length prefix); ProtocolError when it is not one."""
+    header: PacketHeader | None = None
+    status: int | None = None
+    operation: Operation | None = None
+    _check_frame_size(payload)
+    for f in iter_fields(memoryview(payload)):
+        if f.number == _HEADER_FIELD:
+            header = _decode_header(expect_bytes(f))
+        elif f.number == _STATUS_FIELD:
+            status = _enum(f)
+        elif f.number in _RESPONSE_OPS:
+            operation = _decode_operation(f, *_RESPONSE_OPS[f.number])
+    if header is None or status is None:
+        raise ProtocolError("v3 response without a header or status")
+    return V3Response(header, status, operation)
+
+
+def status_name(status: int) -> str:
+    try:
+        return StatusCode(status).name
+    except ValueError:
+        return f"status {status}"
+
+
+def operation_name(operation: int) -> str:
+    try:
+        return OperationType(operation).name
+    except ValueError:
+        return f"operation {operation}"
+
+
+def _decode_header(data: bytes) -> PacketHeader:
+    values: dict[int, int] = {}
+    for f in iter_fields(data):
+        if f.number in (1, 2, 3, 4):
+            values[f.number] = expect_int(f)
+    if not {1, 2, 3} <= values.keys():
+        raise ProtocolError("v3 packet header lacks version, operation or txnId")
+    return PacketHeader(as_signed64(values[1]), as_signed64(values[2]), values[3], values.get(4, 0))
+
+
+def _decode_operation(field: Field, kind: str, schema: Mapping[int, tuple[str, _Reader]]) -> Operation:
+    values: dict[str, Any] = {}
+    for f in iter_fields(expect_bytes(field)):
+        if f.number in schema:
+            name, read = schema[f.number]
+            values[name] = read(f)
+    return Operation(kind, **values)
+
+
+def _decode_context(data: bytes) -> tuple[str, str]:
+    key = value = ""
+    for f in iter_fields(data):
+        if f.number == 1:
+            key = expect_text(f)
+        elif f.number == 2:
+            value = expect_text(f)
+    return key, value
+
+
+def _check_frame_size(payload: bytes | bytearray | memoryview) -> None:
+    if len(payload) > limits.FRAME_SIZE_MAX:
+        raise ProtocolError(
+            f"v3 frame of {len(payload)} bytes exceeds the {limits.FRAME_SIZE_MAX}-byte limit"
+        )
