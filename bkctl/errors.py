@@ -101,6 +101,18 @@ class NodeExistsError(ConflictError):
     """A metadata node to be created already exists."""
 
 
+class NotEmptyError(ConflictError):
+    """A metadata node to be deleted still has children (ZooKeeper NotEmpty)."""
+
+
+class EphemeralParentError(ConflictError):
+    """A node was to be created under an ephemeral node, which may have no children (ZooKeeper rule)."""
+
+
+class SessionExpiredError(UnavailableError):
+    """The metadata session expired: its ephemeral nodes are gone; the store opens a new session."""
+
+
 class LedgerClosedError(BkctlError):
     """The ledger is closed: it takes no more adds."""
 

@@ -34,3 +34,30 @@ FILE_READ_CHUNK: Final = 4 * 1024 * 1024
 # Protobuf (metadata values, v3 frames): nesting and field counts are bounded too.
 PROTOBUF_DEPTH_MAX: Final = 16
 PROTOBUF_FIELDS_MAX: Final = 1_000_000
+
+# Metadata store (bkctl.metadata). A node's data must fit ZooKeeper's default jute.maxbuffer (1 MiB
+# for the whole request), so we leave room for the path and the request header.
+METADATA_DATA_SIZE_MAX: Final = 1_000_000
+METADATA_PATH_LENGTH_MAX: Final = 4096
+# ZooKeeper applies at most this many ops in one multi as well (request size); bigger batches are split.
+METADATA_MULTI_OPS_MAX: Final = 1000
+# BookKeeper's zkTimeout default; the server clamps it into its [min, max] session timeout.
+METADATA_SESSION_TIMEOUT_MS: Final = 10_000
+METADATA_SESSION_TIMEOUT_MS_MIN: Final = 100
+METADATA_SESSION_TIMEOUT_MS_MAX: Final = 600_000
+METADATA_CONNECT_TIMEOUT_MS: Final = 5_000
+# A recursive delete walks at most this many nodes, so a wrong path cannot wipe an unbounded tree.
+METADATA_RECURSIVE_DELETE_MAX: Final = 10_000_000
+# SQLite backend: how often watches poll the change log, how often expired leases are looked for, and
+# how long change-log rows are kept for slow pollers (older gaps make every watch re-read its node).
+SQLITE_WATCH_POLL_MS: Final = 10
+SQLITE_REAP_INTERVAL_MS: Final = 100
+SQLITE_CHANGELOG_RETENTION_MS: Final = 60_000
+SQLITE_BUSY_TIMEOUT_MS: Final = 10_000
+
+# Client adds (bkctl.protocol.quorum.AckTracker): entries acked out of order ahead of the LAC.
+PENDING_ADDS_MAX: Final = 100_000
+
+# Metadata store values other than ledger metadata (cookies, marks, votes, layouts, service info):
+# small text or protobuf; ZooKeeper's own znode limit (jute.maxbuffer) is 1 MiB.
+METADATA_VALUE_SIZE_MAX: Final = 1024 * 1024
