@@ -94,7 +94,8 @@ def _write_value(value: Any, out: TextIO) -> None:
     elif isinstance(value, (Iterator, list, tuple)):
         out.write("[")
         for i, item in enumerate(value):
-            out.write(",\n" if i else "")
+            # One record per line keeps long streams greppable; short scalar lists stay on one line.
+            out.write(("," + ("\n" if isinstance(item, Mapping) else " ")) if i else "")
             _write_value(item, out)
         out.write("]")
     else:
