@@ -168,3 +168,15 @@ def _bounded(gen, limit):  # type: ignore[no-untyped-def]
     for count, item in enumerate(_drain(gen)):
         assert count <= limit
         yield item
+
+
+@pytest.mark.parametrize("bookie", ["bookie1", "bookie2", "bookie3"])
+def test_every_java_entry_log_re_encodes_byte_for_byte(bookie: str) -> None:
+    data = (JAVA_BOOKIES / bookie / "ledgers" / "current" / "0.log").read_bytes()
+    records, stop = scan_all(data)
+    assert stop == ScanStop(StopStatus.END, len(data))
+    rebuilt = bytearray(ef.encode_header(ef.decode_header(data)))
+    for offset, kind, body in records:
+        assert (offset, kind) == (len(rebuilt), RecordKind.DATA)
+        rebuilt += ef.encode_record(body)
+    assert bytes(rebuilt) == data

@@ -214,3 +214,18 @@ def test_arbitrary_bytes_raise_only_protocol_error(data: bytes, version: int, at
         for decoder in (jf.decode_master_key, jf.decode_explicit_lac, jf.record_key, jf.decode_last_mark):
             with contextlib.suppress(ProtocolError):
                 decoder(body)
+
+
+@pytest.mark.parametrize("bookie", ["bookie1", "bookie2", "bookie3"])
+def test_every_java_journal_re_encodes_byte_for_byte(bookie: str) -> None:
+    """Header, every record and every padding record re-encoded gives the file up to its end mark."""
+    (path,) = (JAVA_BOOKIES / bookie / "journal" / "current").glob("*.txn")
+    data = path.read_bytes()
+    records, stop = scan_all(data)
+    assert stop.status is StopStatus.END
+    rebuilt = bytearray(jf.encode_header(jf.decode_header(data)))
+    for offset, kind, body in records:
+        assert offset == len(rebuilt)
+        rebuilt += jf.encode_padding(offset) if kind is RecordKind.PADDING else jf.encode_record(body)
+    assert bytes(rebuilt) == data[: stop.position]
+    assert not any(data[stop.position :])  # the rest is preallocated zeros
