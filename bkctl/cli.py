@@ -21,7 +21,11 @@ from bkctl import __version__
 from bkctl.errors import BkctlError, ExitCode
 
 # Each module has `register(app)`, which adds its commands or group to the root app.
-COMMAND_MODULES = ("bkctl.commands.completion", "bkctl.commands.inspect")
+COMMAND_MODULES = (
+    "bkctl.commands.completion",
+    "bkctl.commands.inspect",
+    "bkctl.commands.bookie",
+)
 
 HELP = """Run, inspect and repair an Apache BookKeeper-compatible replicated log.
 
