@@ -53,7 +53,6 @@ METADATA_RECURSIVE_DELETE_MAX: Final = 10_000_000
 SQLITE_WATCH_POLL_MS: Final = 10
 SQLITE_REAP_INTERVAL_MS: Final = 100
 SQLITE_CHANGELOG_RETENTION_MS: Final = 60_000
-SQLITE_BUSY_TIMEOUT_MS: Final = 10_000
 
 # Client adds (bkctl.protocol.quorum.AckTracker): entries acked out of order ahead of the LAC.
 PENDING_ADDS_MAX: Final = 100_000
@@ -61,3 +60,9 @@ PENDING_ADDS_MAX: Final = 100_000
 # Metadata store values other than ledger metadata (cookies, marks, votes, layouts, service info):
 # small text or protobuf; ZooKeeper's own znode limit (jute.maxbuffer) is 1 MiB.
 METADATA_VALUE_SIZE_MAX: Final = 1024 * 1024
+
+# Bookie server (bkctl.server.protocol): adds one connection may have waiting for the journal's fsync
+# before the bookie stops reading from it (backpressure); reading resumes below half of it.
+BOOKIE_PENDING_ADDS_PER_CONNECTION_MAX: Final = 10_000
+# Reply bytes queued on one connection (a client that does not read) before the bookie stops reading.
+BOOKIE_REPLY_BUFFER_MAX: Final = 4 * 1024 * 1024

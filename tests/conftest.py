@@ -2,7 +2,19 @@
 
 from __future__ import annotations
 
+import re
+import sqlite3
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
+
+from bkctl.errors import UnavailableError
+from bkctl.metadata.sqlite import SqliteStore
+from bkctl.metadata.store import MetadataStore
+from bkctl.metadata.zk_server import ZooKeeperServer
+from bkctl.metadata.zookeeper import ZooKeeperStore
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
@@ -11,3 +23,101 @@ JAVA_BOOKIES = JAVA_TESTDATA / "bookies-snapshot1"
 JAVA_SHELL_OUTPUT = JAVA_TESTDATA / "shell-output"
 JAVA_ZK_DUMPS = JAVA_TESTDATA / "zk"
 JAVA_WIRE = JAVA_TESTDATA / "wire"
+
+
+# --- metadata store: one throwaway ZooKeeper per test session, a chroot per test ---------------------
+
+
+@pytest.fixture(scope="session")
+def zookeeper() -> Iterator[ZooKeeperServer]:
+    """Debian's ZooKeeper 3.8 on a free 127.0.0.1 port (tickTime 200 ms). Fails, never skips."""
+    server = ZooKeeperServer()
+    try:
+        server.start()
+    except UnavailableError as exc:
+        pytest.fail(f"the test ZooKeeper did not start: {exc}")
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def zk_admin(zookeeper: ZooKeeperServer) -> Iterator[ZooKeeperStore]:
+    """A client of the whole tree (no chroot), to create each test's chroot."""
+    with ZooKeeperStore(zookeeper.hosts) as admin:
+        yield admin
+
+
+def new_zk_chroot(zookeeper: ZooKeeperServer, admin: ZooKeeperStore, name: str) -> str:
+    """Create /test-<name>-<random> and return the connect string chrooted there."""
+    chroot = f"/test-{re.sub(r'[^A-Za-z0-9_.-]+', '_', name)[:60]}-{uuid.uuid4().hex[:8]}"
+    admin.create(chroot)
+    return zookeeper.hosts + chroot
+
+
+@pytest.fixture
+def zk_chroot(zookeeper: ZooKeeperServer, zk_admin: ZooKeeperStore, request: pytest.FixtureRequest) -> str:
+    """A connect string chrooted to a fresh, empty node of the session ZooKeeper."""
+    return new_zk_chroot(zookeeper, zk_admin, request.node.name)
+
+
+class StoreTarget:
+    """One empty backing store (a SQLite file or a ZooKeeper chroot) that tests open stores on.
+
+    `uri` opens it from another process too; `open()` gives another store (another session) on it;
+    `expire(store)` ends a store's session from outside, as a lost lease / expired session would.
+    """
+
+    def __init__(self, backend: str, uri: str, session_timeout_ms: int) -> None:
+        self.backend, self.uri, self.session_timeout_ms = backend, uri, session_timeout_ms
+        self._stores: list[MetadataStore] = []
+
+    def open(self, **kwargs: int) -> MetadataStore:
+        kwargs.setdefault("session_timeout_ms", self.session_timeout_ms)
+        store: MetadataStore
+        if self.backend == "sqlite":
+            store = SqliteStore(self.uri.removeprefix("sqlite://"), **kwargs)
+        else:
+            store = ZooKeeperStore(self.uri, **kwargs)
+        self._stores.append(store)
+        return store
+
+    def expire(self, store: MetadataStore) -> None:
+        if isinstance(store, ZooKeeperStore):
+            # ZooKeeper's own "expire now": a second client joins the session and closes it.
+            from kazoo.client import KazooClient
+
+            clone = KazooClient(store.hosts, client_id=store._client.client_id)
+            clone.start(timeout=5)
+            clone.stop()
+            clone.close()
+        else:
+            assert isinstance(store, SqliteStore)
+            with sqlite3.connect(store.path, isolation_level=None) as conn:
+                conn.execute("UPDATE sessions SET expires_at_ms = 0 WHERE id = ?", (store.session_id,))
+            conn.close()
+
+    def close_all(self) -> None:
+        for store in self._stores:
+            store.close()
+
+
+BACKENDS = ("sqlite", "zookeeper")
+
+
+@pytest.fixture(params=BACKENDS)
+def store_target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StoreTarget]:
+    """Each contract test runs once per backend, on a fresh SQLite file or a fresh ZooKeeper chroot."""
+    if request.param == "sqlite":
+        target = StoreTarget("sqlite", f"sqlite://{tmp_path / 'metadata.db'}", 2000)
+    else:
+        zookeeper = request.getfixturevalue("zookeeper")
+        admin = request.getfixturevalue("zk_admin")
+        target = StoreTarget("zookeeper", new_zk_chroot(zookeeper, admin, request.node.name), 2000)
+    yield target
+    target.close_all()
+
+
+@pytest.fixture
+def store(store_target: StoreTarget) -> MetadataStore:
+    """A fresh, empty store of each backend (parametrized: every test using it runs twice)."""
+    return store_target.open()

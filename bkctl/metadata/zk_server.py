@@ -1,0 +1,157 @@
+"""A throwaway standalone ZooKeeper (Debian's zookeeper package) for tests, benchmarks and demos.
+
+It runs the JVM directly (not zkServer.sh, which reads /etc/zookeeper and logs to /var/log) with a
+config tuned for fast starts and fast session expiry: tickTime 200 ms, so sessions may be as short as
+400 ms. Everything lives in one temporary directory, removed on stop. Not for production data:
+forceSync is off.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+from bkctl.errors import UnavailableError
+
+ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
+MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 10.0
+PORT_ATTEMPTS = 3
+
+CONFIG = """\
+tickTime={tick_ms}
+minSessionTimeout={min_session_ms}
+maxSessionTimeout=60000
+dataDir={data_dir}
+clientPort={port}
+clientPortAddress=127.0.0.1
+admin.enableServer=false
+4lw.commands.whitelist=ruok,srvr,stat,mntr,conf,cons
+forceSync=no
+preAllocSize=4096
+maxClientCnxns=0
+"""
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 right now (ZooKeeper's clientPort=0 cannot be discovered afterwards)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def four_letter_word(port: int, word: str, timeout_s: float = 1.0) -> str:
+    """Send a ZooKeeper four-letter command (ruok, srvr, mntr, …) and return the answer ('' if none)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as sock:
+            sock.sendall(word.encode())
+            chunks = []
+            while chunk := sock.recv(65536):
+                chunks.append(chunk)
+            return b"".join(chunks).decode(errors="replace")
+    except OSError:
+        return ""
+
+
+class ZooKeeperServer:
+    """`with ZooKeeperServer() as zk: open_store(zk.hosts)`; `start()`/`stop()` for fixtures."""
+
+    def __init__(self, *, heap_mb: int = 256, tick_ms: int = 200, java: str = "java") -> None:
+        self.heap_mb, self.tick_ms, self.java = heap_mb, tick_ms, java
+        self.port = 0
+        self.directory: Path | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def hosts(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> ZooKeeperServer:
+        """Start and wait until it answers `ruok`; UnavailableError (with the log's tail) if it cannot."""
+        java = shutil.which(self.java)
+        if java is None or not ZOOKEEPER_JAR.is_file():
+            raise UnavailableError(
+                f"cannot start ZooKeeper: need {self.java} and {ZOOKEEPER_JAR} (scripts/install-system-deps)"
+            )
+        self.directory = Path(tempfile.mkdtemp(prefix="bkctl-zk-"))
+        deadline = time.monotonic() + timeout_s
+        for _ in range(PORT_ATTEMPTS):  # another process may grab the port between probe and bind
+            if self._launch(java, deadline):
+                return self
+        self.stop()
+        raise UnavailableError(f"ZooKeeper did not start in {timeout_s:.0f} s: {self.log_tail()}")
+
+    def _launch(self, java: str, deadline: float) -> bool:
+        assert self.directory is not None
+        self.port = free_port()
+        config = self.directory / "zoo.cfg"
+        data_dir = self.directory / "data"
+        data_dir.mkdir(exist_ok=True)
+        config.write_text(
+            CONFIG.format(
+                tick_ms=self.tick_ms, min_session_ms=2 * self.tick_ms, data_dir=data_dir, port=self.port
+            )
+        )
+        command = [
+            java,
+            f"-Xmx{self.heap_mb}m",
+            "-XX:+UseSerialGC",
+            "-XX:TieredStopAtLevel=1",
+            "-cp",
+            str(ZOOKEEPER_JAR),
+            MAIN_CLASS,
+            str(config),
+        ]
+        with open(self.directory / "zk.log", "ab") as log_file:
+            self._proc = subprocess.Popen(
+                command, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                return False
+            if four_letter_word(self.port, "ruok", timeout_s=0.5) == "imok":
+                return True
+            time.sleep(0.02)
+        return False
+
+    def log_tail(self, lines: int = 5) -> str:
+        if self.directory is None or not (self.directory / "zk.log").exists():
+            return "(no log)"
+        text = (self.directory / "zk.log").read_text(errors="replace").strip().splitlines()
+        return " | ".join(text[-lines:]) or "(empty log; no SLF4J binding)"
+
+    def stop(self) -> None:
+        """SIGTERM, wait, then SIGKILL; remove the directory. Idempotent."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.send_signal(signal.SIGTERM)
+            try:
+                self._proc.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait(STOP_TIMEOUT_S)
+        self._proc = None
+        if self.directory is not None:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            self.directory = None
+
+    def __enter__(self) -> ZooKeeperServer:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

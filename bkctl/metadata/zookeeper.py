@@ -1,0 +1,434 @@
+"""The metadata store on a real ZooKeeper, through kazoo's threading handler.
+
+Every call is kazoo's async form with a bounded wait, so a ZooKeeper that stops answering gives an
+UnavailableError instead of a hang. kazoo's exceptions become bkctl's (`_map_error`). Watches are our
+own small loop over kazoo's one-shot watches (re-read, re-arm, report), so deletion, re-creation and
+session loss behave exactly as the SQLite backend; their callbacks run on kazoo's single callback
+thread. When a session expires kazoo connects again with a new one; only then do the session-lost
+callbacks run (on that thread), so they can re-create ephemeral nodes at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from kazoo.client import KazooClient, KazooState
+from kazoo.exceptions import (
+    BadArgumentsError,
+    ConnectionClosedError,
+    KazooException,
+    NoChildrenForEphemeralsError,
+    NoNodeError,
+    RolledBackError,
+    RuntimeInconsistency,
+)
+from kazoo.exceptions import BadVersionError as ZkBadVersionError
+from kazoo.exceptions import NodeExistsError as ZkNodeExistsError
+from kazoo.exceptions import NotEmptyError as ZkNotEmptyError
+from kazoo.exceptions import SessionExpiredError as ZkSessionExpiredError
+from kazoo.handlers.threading import KazooTimeoutError
+from kazoo.protocol.states import Callback, EventType, WatchedEvent, ZnodeStat
+from kazoo.retry import KazooRetry
+
+from bkctl import limits
+from bkctl.errors import (
+    BadVersionError,
+    BkctlError,
+    EphemeralParentError,
+    NodeExistsError,
+    NotEmptyError,
+    NotFoundError,
+    SessionExpiredError,
+    UnavailableError,
+    UsageError,
+)
+from bkctl.metadata.store import (
+    CallbackSet,
+    ChildrenCallback,
+    CreateOp,
+    DataCallback,
+    DeleteOp,
+    MetadataStore,
+    Op,
+    OpResult,
+    SessionCallback,
+    SetOp,
+    Stat,
+    Subscription,
+    check_data,
+    check_ops,
+    check_session_timeout,
+    check_version,
+    join,
+    log,
+    parent_of,
+    run_callback,
+    validate_path,
+)
+
+# Pipelined requests in flight at once during a recursive delete.
+DELETE_WINDOW = 1000
+
+
+def quiet_kazoo_logging() -> None:
+    """Keep kazoo's connection chatter off stderr unless the application configured logging.
+
+    A NullHandler stops Python's last-resort stderr handler; records still propagate to any handler
+    the application (a bookie's log file, `-v`) installs on the root logger.
+    """
+    logger = logging.getLogger("kazoo")
+    if not any(isinstance(h, logging.NullHandler) for h in logger.handlers):
+        logger.addHandler(logging.NullHandler())
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.WARNING)
+
+
+def _stat(zstat: ZnodeStat) -> Stat:
+    return Stat(
+        version=zstat.version,
+        cversion=zstat.cversion,
+        ctime_ms=zstat.ctime,
+        mtime_ms=zstat.mtime,
+        ephemeral_owner=zstat.ephemeralOwner,
+        data_length=zstat.dataLength,
+        num_children=zstat.numChildren,
+        czxid=zstat.czxid,
+        mzxid=zstat.mzxid,
+    )
+
+
+def _map_error(exc: BaseException, path: str, *, creating: bool = False) -> BkctlError:
+    """kazoo's exception for an operation on `path` -> the bkctl error of the same meaning."""
+    if isinstance(exc, NoNodeError):
+        if creating:
+            return NotFoundError(f"metadata node {parent_of(path)} (parent of {path}) does not exist")
+        return NotFoundError(f"metadata node {path} does not exist")
+    if isinstance(exc, ZkNodeExistsError):
+        return NodeExistsError(f"metadata node {path} already exists")
+    if isinstance(exc, ZkBadVersionError):
+        return BadVersionError(f"metadata node {path}: version mismatch")
+    if isinstance(exc, ZkNotEmptyError):
+        return NotEmptyError(f"metadata node {path} has children")
+    if isinstance(exc, NoChildrenForEphemeralsError):
+        return EphemeralParentError(f"metadata node {parent_of(path)} is ephemeral: it cannot have children")
+    if isinstance(exc, ZkSessionExpiredError):
+        return SessionExpiredError("ZooKeeper session expired")
+    if isinstance(exc, BadArgumentsError):
+        return UsageError(f"ZooKeeper refused the arguments for {path}")
+    if isinstance(exc, ConnectionClosedError):
+        return UnavailableError("metadata store is closed")
+    if isinstance(exc, KazooTimeoutError):
+        return UnavailableError(f"ZooKeeper did not answer in time ({path})")
+    return UnavailableError(f"ZooKeeper: {type(exc).__name__} on {path}")
+
+
+def _op_result(op: Op, result: Any) -> OpResult:
+    if isinstance(op, CreateOp):
+        return str(result)
+    if isinstance(op, SetOp):
+        return _stat(result)
+    return None
+
+
+_UNSEEN = object()
+
+
+class _Watch:
+    """One data or children watch: read with a one-shot ZooKeeper watch, report, re-arm on the event."""
+
+    def __init__(self, store: ZooKeeperStore, kind: str, path: str, callback: Callable[..., None]) -> None:
+        self.store, self.kind, self.path, self.callback = store, kind, path, callback
+        self.subscription = Subscription(store._forget)
+        self._lock = threading.Lock()
+        self._last_seen: object = _UNSEEN
+
+    def on_event(self, event: WatchedEvent) -> None:
+        # NONE events are session state changes; after a new session every watch is refreshed anyway.
+        if event.type != EventType.NONE:
+            self.refresh()
+
+    def refresh(self, *, first: bool = False) -> None:
+        with self._lock:
+            if not self.subscription.active:
+                return
+            try:
+                state = self._read_data() if self.kind == "data" else self._read_children()
+            except (UnavailableError, SessionExpiredError):
+                if first:
+                    raise
+                return  # connection trouble: re-read when the session is back
+            self._deliver(state, first)
+
+    def _read_data(self) -> tuple[bytes, Stat] | None:
+        client = self.store._client
+        for _ in range(limits.METADATA_MULTI_OPS_MAX):  # bounded: the node flips between absent and present
+            try:
+                data, zstat = self.store._wait(client.get_async(self.path, watch=self.on_event), self.path)
+                return bytes(data), _stat(zstat)
+            except NotFoundError:
+                zstat = self.store._wait(client.exists_async(self.path, watch=self.on_event), self.path)
+                if zstat is None:
+                    return None
+        raise UnavailableError(f"metadata node {self.path} changes too fast to watch")
+
+    def _read_children(self) -> list[str] | None:
+        client = self.store._client
+        try:
+            return sorted(
+                self.store._wait(client.get_children_async(self.path, watch=self.on_event), self.path)
+            )
+        except NotFoundError:
+            return None
+
+    def _deliver(self, state: Any, first: bool) -> None:
+        if self.kind == "data":
+            key = None if state is None else (state[1].czxid, state[1].mzxid)
+            if key == self._last_seen:
+                return
+            self._last_seen = key
+            run_callback(self.callback, *(state if state is not None else (None, None)))
+            return
+        if state is None:
+            self.subscription.cancel()
+            if first:
+                raise NotFoundError(f"metadata node {self.path} does not exist")
+        run_callback(self.callback, state)
+
+
+class ZooKeeperStore(MetadataStore):
+    """MetadataStore on ZooKeeper. `hosts` is a kazoo connect string (`h:p,h:p[/chroot]`)."""
+
+    def __init__(
+        self,
+        hosts: str,
+        *,
+        session_timeout_ms: int = limits.METADATA_SESSION_TIMEOUT_MS,
+        connect_timeout_ms: int = limits.METADATA_CONNECT_TIMEOUT_MS,
+    ) -> None:
+        quiet_kazoo_logging()
+        self.hosts = hosts
+        check_session_timeout(session_timeout_ms)
+        # A request waits through a reconnection within the session, not longer.
+        self._op_timeout_s = (session_timeout_ms + connect_timeout_ms) / 1000
+        self._closed = False
+        self._lost = False
+        self._session_lost = CallbackSet()
+        self._watches_lock = threading.Lock()
+        self._watches: dict[Subscription, _Watch] = {}
+        try:
+            self._client = KazooClient(
+                hosts=hosts,
+                timeout=session_timeout_ms / 1000,
+                # Reconnect forever (a bookie outlives ZooKeeper restarts), backing off to 1 s.
+                connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0),
+            )
+        except (ValueError, KazooException) as exc:
+            raise UsageError(f"bad ZooKeeper connect string {hosts!r}: {exc}") from exc
+        self._client.add_listener(self._on_state)
+        self._start(connect_timeout_ms)
+
+    def _start(self, connect_timeout_ms: int) -> None:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # kazoo warns about a missing chroot; we raise instead
+                self._client.start(timeout=connect_timeout_ms / 1000)
+        except (KazooTimeoutError, KazooException, OSError) as exc:
+            self._closed = True
+            self._client.close()
+            raise UnavailableError(
+                f"ZooKeeper {self.hosts} not reachable within {connect_timeout_ms} ms"
+            ) from exc
+        if self._client.chroot and self.exists("/") is None:
+            self.close()
+            raise NotFoundError(f"ZooKeeper chroot {self._client.chroot} does not exist")
+
+    def __repr__(self) -> str:
+        return f"ZooKeeperStore({self.hosts!r}, session={self.session_id:#x})"
+
+    @property
+    def session_id(self) -> int:
+        client_id = self._client.client_id
+        return int(client_id[0]) if client_id else 0
+
+    def _wait(self, async_result: Any, path: str, *, creating: bool = False) -> Any:
+        try:
+            return async_result.get(timeout=self._op_timeout_s)
+        except (KazooException, KazooTimeoutError) as exc:
+            raise _map_error(exc, path, creating=creating) from None
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise UnavailableError("metadata store is closed")
+
+    # --- operations ---
+
+    def create(
+        self,
+        path: str,
+        data: bytes = b"",
+        *,
+        ephemeral: bool = False,
+        sequential: bool = False,
+        make_parents: bool = False,
+    ) -> str:
+        validate_path(path)
+        data = check_data(data)
+        self._check_open()
+        result = self._client.create_async(
+            path, data, ephemeral=ephemeral, sequence=sequential, makepath=make_parents
+        )
+        return str(self._wait(result, path, creating=True))
+
+    def get(self, path: str) -> tuple[bytes, Stat]:
+        validate_path(path)
+        self._check_open()
+        data, zstat = self._wait(self._client.get_async(path), path)
+        return bytes(data), _stat(zstat)
+
+    def exists(self, path: str) -> Stat | None:
+        validate_path(path)
+        self._check_open()
+        zstat = self._wait(self._client.exists_async(path), path)
+        return None if zstat is None else _stat(zstat)
+
+    def set(self, path: str, data: bytes, version: int = -1) -> Stat:
+        validate_path(path)
+        data, version = check_data(data), check_version(version)
+        self._check_open()
+        return _stat(self._wait(self._client.set_async(path, data, version), path))
+
+    def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
+        validate_path(path)
+        check_version(version)
+        if path == "/":
+            raise UsageError("the root node cannot be deleted")
+        self._check_open()
+        if recursive:
+            stat = self.exists(path)
+            if stat is None:
+                raise NotFoundError(f"metadata node {path} does not exist")
+            if version not in (-1, stat.version):
+                raise BadVersionError(f"metadata node {path} is at version {stat.version}, not {version}")
+            self._delete_descendants(path)
+        self._wait(self._client.delete_async(path, version), path)
+
+    def _delete_descendants(self, path: str) -> None:
+        """Delete everything below `path`, deepest level first, pipelining each level."""
+        levels: list[list[str]] = []
+        frontier = [path]
+        count = 0
+        while frontier:
+            level = [join(parent, name) for parent in frontier for name in self._children_or_empty(parent)]
+            count += len(level)
+            if count > limits.METADATA_RECURSIVE_DELETE_MAX:
+                raise UsageError(f"{path} has more than {limits.METADATA_RECURSIVE_DELETE_MAX} descendants")
+            if level:
+                levels.append(level)
+            frontier = level
+        for level in reversed(levels):
+            for start in range(0, len(level), DELETE_WINDOW):
+                batch = [(p, self._client.delete_async(p)) for p in level[start : start + DELETE_WINDOW]]
+                for node, result in batch:
+                    with contextlib.suppress(NotFoundError):  # deleted by someone else meanwhile: fine
+                        self._wait(result, node)
+
+    def _children_or_empty(self, path: str) -> list[str]:
+        try:
+            return self.children(path)
+        except NotFoundError:
+            return []
+
+    def children(self, path: str) -> list[str]:
+        validate_path(path)
+        self._check_open()
+        return sorted(self._wait(self._client.get_children_async(path), path))
+
+    def multi(self, ops: Sequence[Op]) -> list[OpResult]:
+        checked = check_ops(ops)
+        self._check_open()
+        if not checked:
+            return []
+        transaction = self._client.transaction()
+        for op in checked:
+            if isinstance(op, CreateOp):
+                transaction.create(op.path, op.data, ephemeral=op.ephemeral, sequence=op.sequential)
+            elif isinstance(op, SetOp):
+                transaction.set_data(op.path, op.data, op.version)
+            elif isinstance(op, DeleteOp):
+                transaction.delete(op.path, op.version)
+            else:
+                transaction.check(op.path, op.version)
+        results = self._wait(transaction.commit_async(), checked[0].path)
+        for op, result in zip(checked, results, strict=True):
+            # The failing op carries its real error; the others only say they were rolled back.
+            if isinstance(result, Exception) and not isinstance(
+                result, RolledBackError | RuntimeInconsistency
+            ):
+                raise _map_error(result, op.path, creating=isinstance(op, CreateOp))
+        if any(isinstance(result, Exception) for result in results):
+            raise UnavailableError(f"ZooKeeper rolled back a multi of {len(checked)} ops without a cause")
+        return [_op_result(op, result) for op, result in zip(checked, results, strict=True)]
+
+    # --- watches and sessions ---
+
+    def watch_data(self, path: str, callback: DataCallback) -> Subscription:
+        return self._watch("data", path, callback)
+
+    def watch_children(self, path: str, callback: ChildrenCallback) -> Subscription:
+        return self._watch("children", path, callback)
+
+    def _watch(self, kind: str, path: str, callback: Callable[..., None]) -> Subscription:
+        validate_path(path)
+        self._check_open()
+        watch = _Watch(self, kind, path, callback)
+        with self._watches_lock:
+            self._watches[watch.subscription] = watch
+        try:
+            watch.refresh(first=True)
+        except BaseException:
+            watch.subscription.cancel()
+            raise
+        return watch.subscription
+
+    def _forget(self, subscription: Subscription) -> None:
+        with self._watches_lock:
+            self._watches.pop(subscription, None)
+
+    def on_session_lost(self, callback: SessionCallback) -> Subscription:
+        return self._session_lost.add(callback)
+
+    def _on_state(self, state: str) -> None:
+        # On kazoo's connection thread, which must not block: hand the work to the callback thread.
+        if state == KazooState.LOST:
+            self._lost = True
+        elif state == KazooState.CONNECTED and self._lost and not self._closed:
+            self._lost = False
+            self._client.handler.dispatch_callback(Callback("session", self._after_session_lost, ()))
+
+    def _after_session_lost(self) -> None:
+        log.warning("ZooKeeper session expired; new session %#x", self.session_id)
+        with self._watches_lock:
+            watches = list(self._watches.values())
+        for watch in watches:  # the old session's watches died with it: read and arm again
+            watch.refresh()
+        self._session_lost.call_all()
+
+    def close(self) -> None:
+        """End the session. Do not call it from a store callback (kazoo joins that thread)."""
+        if self._closed:
+            return
+        self._closed = True
+        with self._watches_lock:
+            subscriptions = list(self._watches)
+        for subscription in subscriptions:
+            subscription.cancel()
+        try:
+            self._client.stop()
+            self._client.close()
+        except (KazooException, OSError) as exc:
+            log.warning("closing ZooKeeper client: %s", exc)

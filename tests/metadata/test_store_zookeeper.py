@@ -1,0 +1,75 @@
+"""What only the ZooKeeper backend has: connecting, chroots, a server that goes away, kazoo's logging."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+import time
+
+import pytest
+
+from bkctl.errors import ExitCode, NotFoundError, UnavailableError
+from bkctl.metadata.store import open_store
+from bkctl.metadata.zk_server import ZooKeeperServer, free_port
+from bkctl.metadata.zookeeper import ZooKeeperStore
+from tests.conftest import REPO
+
+
+@pytest.mark.parametrize("form", ["bare", "zk"])
+def test_unreachable_zookeeper_fails_fast(form: str) -> None:
+    port = free_port()  # nothing listens there
+    uri = f"127.0.0.1:{port}" if form == "bare" else f"zk://127.0.0.1:{port}/ledgers"
+    started = time.monotonic()
+    with pytest.raises(UnavailableError) as info:
+        open_store(uri, connect_timeout_ms=500)
+    assert time.monotonic() - started < 3
+    assert info.value.exit_code == ExitCode.UNAVAILABLE
+    assert "\n" not in str(info.value) and f"127.0.0.1:{port}" in str(info.value)
+
+
+def test_unreachable_zookeeper_prints_nothing_else() -> None:
+    """kazoo's connection warnings must not reach stderr: the one-line error is all a user sees."""
+    code = (
+        "import sys\n"
+        "from bkctl.metadata.store import open_store\n"
+        "try:\n"
+        f"    open_store('127.0.0.1:{free_port()}', connect_timeout_ms=500)\n"
+        "except Exception as exc:\n"
+        "    sys.stderr.write(f'{exc}\\n')\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=30, check=True
+    )
+    assert result.stdout == ""
+    assert len(result.stderr.splitlines()) == 1, result.stderr
+
+
+def test_missing_chroot(zookeeper: ZooKeeperServer) -> None:
+    with pytest.raises(NotFoundError, match="chroot"):
+        ZooKeeperStore(zookeeper.hosts + "/no-such-chroot")
+
+
+def test_kazoo_logger_is_quiet(zk_chroot: str) -> None:
+    with ZooKeeperStore(zk_chroot):
+        logger = logging.getLogger("kazoo")
+        assert any(isinstance(h, logging.NullHandler) for h in logger.handlers)
+
+
+def test_server_gone_gives_unavailable_within_bound() -> None:
+    with ZooKeeperServer() as server:
+        # A generous connect timeout: a cold JVM under a loaded CI machine can take a second to accept.
+        store = ZooKeeperStore(server.hosts, session_timeout_ms=1000, connect_timeout_ms=2000)
+        store.create("/x")
+        server.stop()
+        started = time.monotonic()
+        with pytest.raises(UnavailableError):
+            store.get("/x")
+        assert time.monotonic() - started < 1 + 2 + 2  # the operation bound: session + connect timeout
+        store.close()
+
+
+def test_session_id_and_repr(zk_chroot: str) -> None:
+    with ZooKeeperStore(zk_chroot) as store:
+        assert store.session_id > 0
+        assert hex(store.session_id) in repr(store)
