@@ -18,6 +18,7 @@ import typer
 from typer._click import exceptions as click_exceptions
 
 from bkctl import __version__
+from bkctl.commands.output import OutputClosed
 from bkctl.errors import BkctlError, ExitCode
 
 # Each module has `register(app)`, which adds its commands or group to the root app.
@@ -25,6 +26,11 @@ COMMAND_MODULES = (
     "bkctl.commands.completion",
     "bkctl.commands.inspect",
     "bkctl.commands.bookie",
+    "bkctl.commands.bookie_server",
+    "bkctl.commands.cluster",
+    "bkctl.commands.ledger",
+    "bkctl.commands.underreplicated",
+    "bkctl.commands.autorecovery",
 )
 
 HELP = """Run, inspect and repair an Apache BookKeeper-compatible replicated log.
@@ -85,7 +91,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     except BkctlError as exc:
         print(f"bkctl: error: {exc}", file=sys.stderr)
         sys.exit(exc.exit_code)
-    except BrokenPipeError:
+    except (BrokenPipeError, OutputClosed):
         # `bkctl ... | head` closed our stdout: stop quietly, like cat does.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(ExitCode.OK)

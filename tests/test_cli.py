@@ -73,3 +73,15 @@ def test_heavy_libraries_are_imported_lazily() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert result.stdout.strip() == "[]"
+
+
+def test_a_closed_pipe_ends_quietly_with_success() -> None:
+    """`bkctl ... | head` must not fail a `set -o pipefail` script or print a traceback."""
+    journal = REPO / "examples" / "java-bookie1" / "journal"
+    args = [sys.executable, "-m", "bkctl", "journal", "inspect", str(journal), "-o", "table"]
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.read(100)
+        proc.stdout.close()
+        assert proc.wait(timeout=60) == errors.ExitCode.OK
+        assert proc.stderr.read() == b""

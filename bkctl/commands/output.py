@@ -9,15 +9,19 @@ known once the records before it were consumed).
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum, StrEnum
 from itertools import islice
-from typing import Annotated, Any, TextIO
+from typing import Annotated, Any, ParamSpec, TextIO, TypeVar
 
 import typer
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class OutputFormat(StrEnum):
@@ -57,6 +61,23 @@ class Column:
     numeric: bool = False
 
 
+class OutputClosed(Exception):
+    """The reader of stdout went away (`bkctl ... | head`): stop producing, quietly, with success."""
+
+
+def _pipe_safe(write: Callable[P, R]) -> Callable[P, R]:
+    """Turn a broken pipe into OutputClosed, which click would otherwise turn into exit code 1."""
+
+    @functools.wraps(write)
+    def guarded(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return write(*args, **kwargs)
+        except BrokenPipeError:
+            raise OutputClosed from None
+
+    return guarded
+
+
 def message(text: str) -> None:
     """A message for the person at the terminal (stderr, never stdout)."""
     print(text, file=sys.stderr, flush=True)
@@ -73,6 +94,7 @@ def _json_default(value: Any) -> Any:
     return str(value)
 
 
+@_pipe_safe
 def write_json(document: Any, out: TextIO | None = None) -> None:
     """Write `document` as one JSON value followed by a newline, streaming iterators and callables."""
     out = out or sys.stdout
@@ -121,6 +143,7 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
+@_pipe_safe
 def write_rows(
     rows: Iterable[Mapping[str, Any]],
     columns: Sequence[Column],
@@ -162,6 +185,7 @@ def write_rows(
     return count
 
 
+@_pipe_safe
 def write_mapping(values: Mapping[str, Any], fmt: OutputFormat, out: TextIO | None = None) -> None:
     """A record of named values: `key: value` lines in a table, `key<TAB>value` when plain, JSON object."""
     out = out or sys.stdout
@@ -177,6 +201,7 @@ def write_mapping(values: Mapping[str, Any], fmt: OutputFormat, out: TextIO | No
     out.flush()
 
 
+@_pipe_safe
 def write_text(text: str, out: TextIO | None = None) -> None:
     """Verbatim text on stdout (a completion script, a version line), newline-terminated."""
     out = out or sys.stdout
@@ -184,6 +209,7 @@ def write_text(text: str, out: TextIO | None = None) -> None:
     out.flush()
 
 
+@_pipe_safe
 def write_title(text: str, fmt: OutputFormat, out: TextIO | None = None) -> None:
     """A heading above a table; nothing in plain or JSON output, which stay machine-readable."""
     if fmt is OutputFormat.table:
