@@ -1,0 +1,98 @@
+"""`bkctl autorecovery`: the cluster-wide autorecovery switches and who the auditor is."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from bkctl.commands.options import MetadataOption, Problems, open_layout
+from bkctl.commands.output import OutputOption, message, resolve, write_mapping
+from bkctl.errors import NotFoundError
+
+app = typer.Typer(
+    help="Autorecovery: status, enable/disable, auditor, lost bookie delay.", no_args_is_help=True
+)
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="autorecovery")
+
+
+def auditor_fields(layout: Any, problems: Problems) -> dict[str, Any]:
+    """`auditor`: the live election winner, else the last elected one; `auditor_running` tells which."""
+    current = layout.current_auditor(problems)
+    return {"auditor": current or layout.last_elected_auditor(), "auditor_running": current is not None}
+
+
+@app.command("status")
+def status(metadata: MetadataOption = None, output: OutputOption = None) -> None:
+    """Whether autorecovery is enabled, the auditor, lostBookieRecoveryDelay and the ledgers in work."""
+    fmt = resolve(output)
+    problems = Problems()
+    with open_layout(metadata) as layout:
+        document: dict[str, Any] = {"enabled": layout.autorecovery_enabled()}
+        document.update(auditor_fields(layout, problems))
+        document["lost_bookie_recovery_delay_s"] = layout.lost_bookie_recovery_delay()
+        entries = list(layout.underreplicated_ledgers(problems))
+    document["underreplicated_count"] = len(entries)
+    document["being_replicated"] = [
+        {"ledger_id": e.ledger_id, "replication_worker": e.replication_worker}
+        for e in entries
+        if e.replication_worker is not None
+    ]
+    write_mapping(document, fmt)
+    problems.raise_if_any()
+
+
+@app.command("enable")
+def enable(metadata: MetadataOption = None) -> None:
+    """Enable autorecovery (delete the disable flag); replication workers resume."""
+    with open_layout(metadata) as layout:
+        changed = layout.set_autorecovery_enabled(True)
+    message("autorecovery enabled" if changed else "autorecovery was already enabled: nothing to do")
+
+
+@app.command("disable")
+def disable(metadata: MetadataOption = None) -> None:
+    """Disable autorecovery (create the disable flag); workers and audits pause."""
+    with open_layout(metadata) as layout:
+        changed = layout.set_autorecovery_enabled(False)
+    message("autorecovery disabled" if changed else "autorecovery was already disabled: nothing to do")
+
+
+@app.command("whoisauditor")
+def whoisauditor(metadata: MetadataOption = None, output: OutputOption = None) -> None:
+    """The auditor: the lowest live election vote. With none, the last elected one, flagged as not running.
+
+    Exit 4 when no auditor was ever elected.
+    """
+    fmt = resolve(output)
+    problems = Problems()
+    with open_layout(metadata) as layout:
+        document = auditor_fields(layout, problems)
+    if document["auditor"] is None:
+        raise NotFoundError("no auditor elected")
+    if not document["auditor_running"]:
+        message(f"bkctl: warning: auditor {document['auditor']} has no election vote: it is not running")
+    write_mapping(document, fmt)
+    problems.raise_if_any()
+
+
+@app.command("lost-bookie-recovery-delay")
+def lost_bookie_recovery_delay(
+    set_s: Annotated[
+        int | None,
+        typer.Option("--set", min=0, help="Set it (seconds; 0 = audit a lost bookie at once)."),
+    ] = None,
+    metadata: MetadataOption = None,
+    output: OutputOption = None,
+) -> None:
+    """Show or set how long the auditor waits before auditing a lost bookie (null: never set)."""
+    fmt = resolve(output)
+    with open_layout(metadata) as layout:
+        if set_s is not None:
+            layout.set_lost_bookie_recovery_delay(set_s)
+            message(f"lostBookieRecoveryDelay set to {set_s} s")
+        value = layout.lost_bookie_recovery_delay()
+    write_mapping({"lost_bookie_recovery_delay_s": value}, fmt)
