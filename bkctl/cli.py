@@ -50,11 +50,22 @@ def _root(
     verbose: Annotated[
         int, typer.Option("--verbose", "-v", count=True, help="More log output on stderr (-vv for debug).")
     ] = 0,
+    metadata: Annotated[
+        str | None,
+        typer.Option(
+            "--metadata",
+            help="Metadata store URI for every command below (same as the command's own --metadata).",
+            show_default=False,
+        ),
+    ] = None,
     version: Annotated[
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
     ] = False,
 ) -> None:
+    if metadata is not None:
+        # Commands read their --metadata default from this variable, so the root option reaches them all.
+        os.environ["BKCTL_METADATA"] = metadata
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(
         level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -6,6 +6,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -85,3 +86,12 @@ def test_a_closed_pipe_ends_quietly_with_success() -> None:
         proc.stdout.close()
         assert proc.wait(timeout=60) == errors.ExitCode.OK
         assert proc.stderr.read() == b""
+
+
+def test_metadata_option_works_before_the_command(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'metadata.db'}"
+    assert run_bkctl("--metadata", uri, "cluster", "init").returncode == 0
+    before = run_bkctl("--metadata", uri, "cluster", "info", "-o", "json")
+    after = run_bkctl("cluster", "info", "--metadata", uri, "-o", "json")
+    assert before.returncode == after.returncode == 0
+    assert before.stdout == after.stdout and '"ledger_count": 0' in before.stdout
