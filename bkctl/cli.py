@@ -12,7 +12,10 @@ import os
 import sys
 from typing import Annotated, NoReturn
 
-import typer
+# Plain click-style help: typer's rich help costs ~120 ms of imports per `--help` and TAB press.
+os.environ.setdefault("TYPER_USE_RICH", "0")
+
+import typer  # after TYPER_USE_RICH is set
 
 # typer 0.29 vendors click; typer is pinned in pyproject.toml, so this private path is stable for us.
 from typer._click import exceptions as click_exceptions
