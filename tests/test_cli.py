@@ -38,7 +38,7 @@ def test_usage_errors_exit_2_on_stderr(args: list[str]) -> None:
 def test_no_arguments_shows_help_and_exits_2() -> None:
     result = run_bkctl()
     assert result.returncode == errors.ExitCode.USAGE
-    assert "Commands" in result.stdout
+    assert "Commands" in result.stderr and result.stdout == ""
 
 
 def test_every_error_class_has_a_documented_exit_code() -> None:
