@@ -91,6 +91,14 @@ def encode_record(stored_entry: bytes) -> bytes:
     return _INT32.pack(len(stored_entry)) + stored_entry
 
 
+def encode_record_size(size: int) -> bytes:
+    """The int32 size prefix of a record holding `size` bytes of stored entry (encode_record without
+    copying the entry: writers that place the entry in their own buffer use this)."""
+    if not RECORD_KEY_SIZE <= size <= limits.ENTRYLOG_RECORD_SIZE_MAX:
+        raise ProtocolError(f"entry log record of {size} bytes is too short or over the limit")
+    return _INT32.pack(size)
+
+
 def record_key(body: bytes | memoryview) -> tuple[int, int]:
     """(ledger id, entry id) a stored entry starts with."""
     if len(body) < RECORD_KEY_SIZE:

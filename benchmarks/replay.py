@@ -1,0 +1,179 @@
+"""Benchmark: bookie restart after kill -9 (journal replay), and in-process add throughput.
+
+1. Writes ~1 GiB of V6 journal (1 KiB CRC32C entries over 16 ledgers, master key records first, a
+   padding record every 512 KiB as group commits leave them) into a fresh bookie dir whose lastMark
+   points at the journal's start, i.e. everything is "since the last checkpoint". Then times
+   `Storage.start()`: replay into the write cache, entry log + index writes, fsyncs, new lastMark.
+2. Adds 1 KiB entries in-process with journal_sync_data on, keeping --in-flight adds outstanding,
+   for --seconds: adds/s, entries per fsync, fsync p50 from the histogram.
+
+    python benchmarks/replay.py                 # 1 GiB (the figures in benchmarks/RESULTS.md)
+    python benchmarks/replay.py --size-mb 64    # quick run
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bkctl.model import DigestType
+from bkctl.protocol import entry, journal_format
+from bkctl.server.storage import Storage, StorageConfig
+
+PAYLOAD_SIZE = 1024
+LEDGERS = 16
+COMMIT_BYTES = 512 * 1024
+KEY = entry.master_key(b"bench")
+
+
+def write_journal(directory: Path, size_bytes: int) -> int:
+    """A V6 journal in `directory`/journal/current; returns the number of entries."""
+    current = directory / "journal" / "current"
+    current.mkdir(parents=True)
+    (directory / "ledgers" / "current").mkdir(parents=True)
+    journal_id = 1
+    payload = os.urandom(PAYLOAD_SIZE)
+    entries = 0
+    with open(current / journal_format.journal_file_name(journal_id), "wb") as out:
+        chunk = bytearray(journal_format.encode_header(journal_format.VERSION_MAX))
+        for ledger_id in range(LEDGERS):
+            chunk += journal_format.encode_record(journal_format.encode_master_key(ledger_id, KEY))
+        position = since_commit = 0
+        while position + len(chunk) < size_bytes:
+            ledger_id, entry_id = entries % LEDGERS, entries // LEDGERS
+            body = entry.package_entry(DigestType.CRC32C, ledger_id, entry_id, entry_id - 1, 0, payload)
+            record = journal_format.encode_record(body)
+            chunk += record
+            since_commit += len(record)
+            entries += 1
+            if since_commit >= COMMIT_BYTES:
+                chunk += journal_format.encode_padding(position + len(chunk))
+                since_commit = 0
+                out.write(chunk)
+                position += len(chunk)
+                chunk = bytearray()
+        out.write(chunk)
+        out.flush()
+        os.fsync(out.fileno())
+    last_mark = journal_format.encode_last_mark(journal_id, journal_format.SECTOR_SIZE)
+    (directory / "ledgers" / "current" / "lastMark").write_bytes(last_mark)
+    return entries
+
+
+def bench_replay(size_mb: int, base: Path) -> dict[str, Any]:
+    directory = base / "replay"
+    started = time.perf_counter()
+    entries = write_journal(directory, size_mb * 1024 * 1024)
+    written_s = time.perf_counter() - started
+    storage = Storage(_config(directory, sync=True), lambda tokens: None, _NoReactor())
+    started = time.perf_counter()
+    report = storage.start()
+    start_s = time.perf_counter() - started
+    return {
+        "journal_mb": report.bytes / 1e6,
+        "entries": report.entries,
+        "expected_entries": entries,
+        "write_journal_s": written_s,
+        "scan_s": report.seconds,
+        "start_s": start_s,
+        "start_mb_per_s": report.bytes / 1e6 / start_s,
+    }
+
+
+def bench_adds(base: Path, seconds: float, in_flight: int) -> dict[str, Any]:
+    from twisted.internet import reactor as default_reactor
+
+    reactor: Any = default_reactor
+    payload = os.urandom(PAYLOAD_SIZE)
+    state = {"outstanding": 0, "acked": 0, "next": 0}
+
+    def on_durable(tokens: list[object]) -> None:
+        state["outstanding"] -= len(tokens)
+        state["acked"] += len(tokens)
+        pump()
+
+    storage = Storage(_config(base / "adds", sync=True), on_durable, reactor)
+    storage.start()
+
+    def pump() -> None:
+        while state["outstanding"] < in_flight:
+            entry_id = state["next"]
+            state["next"] += 1
+            data = entry.package_entry(DigestType.CRC32C, 1, entry_id, entry_id - 1, 0, payload)
+            storage.add(1, entry_id, KEY, data, False, entry_id)
+            state["outstanding"] += 1
+
+    result: dict[str, Any] = {}
+
+    def finish(started: float) -> None:
+        elapsed = time.perf_counter() - started
+        metrics = storage.metrics
+        result.update(
+            adds_per_s=state["acked"] / elapsed,
+            fsyncs=metrics.fsyncs,
+            entries_per_fsync=metrics.entries_per_fsync / max(1, metrics.fsyncs),
+            fsync_mean_ms=metrics.fsync_latency_sum_ms / max(1, metrics.fsyncs),
+        )
+        storage.stop().addBoth(lambda _: reactor.stop())
+
+    def begin() -> None:
+        pump()
+        reactor.callLater(seconds, finish, time.perf_counter())
+
+    reactor.callWhenRunning(begin)
+    reactor.run()
+    return result
+
+
+def _config(directory: Path, sync: bool) -> StorageConfig:
+    return StorageConfig(
+        journal_dirs=(directory / "journal",),
+        ledger_dirs=(directory / "ledgers",),
+        journal_sync_data=sync,
+        flush_interval_ms=60_000,
+    )
+
+
+class _NoReactor:
+    """start() needs no reactor until the bookie runs; the periodic checkpoint is never fired here."""
+
+    def callLater(self, delay: float, f: Any, *args: Any) -> Any:
+        return None
+
+    def callFromThread(self, f: Any, *args: Any) -> None:
+        f(*args)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--size-mb", type=int, default=1024, help="journal size to replay (MiB)")
+    parser.add_argument("--seconds", type=float, default=5.0, help="duration of the add run")
+    parser.add_argument("--in-flight", type=int, default=512, help="adds outstanding in the add run")
+    parser.add_argument("--dir", type=Path, default=None, help="work dir (default: a temp dir)")
+    args = parser.parse_args()
+    base = Path(tempfile.mkdtemp(prefix="bkctl-replay-", dir=args.dir))
+    try:
+        replay = bench_replay(args.size_mb, base)
+        print(
+            f"replay: {replay['journal_mb']:.0f} MB, {replay['entries']} entries "
+            f"(journal written in {replay['write_journal_s']:.1f} s); scan {replay['scan_s']:.2f} s; "
+            f"start() {replay['start_s']:.2f} s = {replay['start_mb_per_s']:.0f} MB/s"
+        )
+        assert replay["entries"] == replay["expected_entries"], replay
+        adds = bench_adds(base, args.seconds, args.in_flight)
+        print(
+            f"adds: {adds['adds_per_s']:.0f} adds/s (1 KiB, {args.in_flight} in flight, fsync on), "
+            f"{adds['entries_per_fsync']:.0f} entries per fsync, {adds['fsyncs']} fsyncs, "
+            f"mean fsync {adds['fsync_mean_ms']:.2f} ms"
+        )
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The bookie: ledger storage (journal, entry logs, index files) and, on top of it, the network service."""

@@ -1,0 +1,177 @@
+"""Ledger index files: headers (master key, fenced bit, explicit LAC) and entry slots.
+
+One file per ledger at `<index dir>/current/<xx>/<yy>/<hex id>.idx`; a new ledger's file goes to index
+dir `ledger_id % len(index_dirs)`, an existing one is found in whichever dir holds it. Slots are read
+and written in whole 8 KiB pages (1024 entries) through a bounded LRU of pages shared by all ledgers
+(the "ledger cache"). The checkpoint thread writes pages straight through to the file and then
+refreshes the cached copy under the same lock, so a reader on the reactor thread never caches a stale
+page; no page is ever dirty in memory, which is what keeps the cache bounded.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from bkctl.errors import CorruptDataError, ProtocolError
+from bkctl.protocol import index_format as ixf
+from bkctl.server.fileio import fsync_directory
+
+log = logging.getLogger("bkctl.bookie")
+
+_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
+_ZERO_PAGE: Final = bytes(ixf.PAGE_SIZE)
+
+
+@dataclass(frozen=True)
+class LoadedIndex:
+    path: Path
+    header: ixf.IndexHeader
+    last_entry_id: int  # -1 when no slot is set
+
+
+class IndexStore:
+    def __init__(self, index_dirs: tuple[Path, ...], pages_max: int) -> None:
+        self._dirs = [d / "current" for d in index_dirs]
+        self.pages_max = max(1, pages_max)
+        self._pages: OrderedDict[tuple[int, int], bytes] = OrderedDict()
+        self._paths: dict[int, Path] = {}
+        self._lock = threading.Lock()
+        self.page_misses = 0
+
+    # --- locating files -------------------------------------------------------------------------
+
+    def find(self, ledger_id: int) -> Path | None:
+        """The existing index file of `ledger_id`, or None."""
+        path = self._paths.get(ledger_id)
+        if path is not None:
+            return path
+        relative = ixf.index_path(ledger_id)
+        for directory in self._dirs:
+            candidate = directory / relative
+            if candidate.is_file():
+                self._paths[ledger_id] = candidate
+                return candidate
+        return None
+
+    def _new_path(self, ledger_id: int) -> Path:
+        return self._dirs[ledger_id % len(self._dirs)] / ixf.index_path(ledger_id)
+
+    # --- reactor thread: load a ledger, look up an entry ----------------------------------------
+
+    def load(self, ledger_id: int) -> LoadedIndex | None:
+        """Header and last stored entry of an existing index; CorruptDataError when unreadable."""
+        path = self.find(ledger_id)
+        if path is None:
+            return None
+        fd = os.open(path, os.O_RDONLY | _CLOEXEC)
+        try:
+            try:
+                header = ixf.decode_header(os.pread(fd, ixf.HEADER_SIZE, 0))
+            except ProtocolError as exc:
+                raise CorruptDataError(f"{path} offset 0: corrupt index header: {exc}") from None
+            return LoadedIndex(path, header, _last_entry_id(fd, os.fstat(fd).st_size))
+        finally:
+            os.close(fd)
+
+    def location(self, ledger_id: int, entry_id: int) -> tuple[int, Path | None, int]:
+        """(location or 0, index file, slot offset) of an entry; the path and offset are for error logs."""
+        path = self.find(ledger_id)
+        if path is None:
+            return 0, None, 0
+        page_no, slot = divmod(entry_id, ixf.SLOTS_PER_PAGE)
+        with self._lock:
+            page = self._page(ledger_id, page_no, path)
+        first = page_no * ixf.SLOTS_PER_PAGE + slot
+        found = next(ixf.decode_slots(page[slot * ixf.SLOT_SIZE : (slot + 1) * ixf.SLOT_SIZE], first), None)
+        return (found[1] if found else 0), path, ixf.slot_offset(entry_id)
+
+    def _page(self, ledger_id: int, page_no: int, path: Path, fd: int = -1) -> bytes:
+        """A page through the LRU; the caller holds the lock."""
+        key = (ledger_id, page_no)
+        page = self._pages.get(key)
+        if page is not None:
+            self._pages.move_to_end(key)
+            return page
+        self.page_misses += 1
+        offset = ixf.HEADER_SIZE + page_no * ixf.PAGE_SIZE
+        if fd >= 0:
+            page = os.pread(fd, ixf.PAGE_SIZE, offset)
+        else:
+            own = os.open(path, os.O_RDONLY | _CLOEXEC)
+            try:
+                page = os.pread(own, ixf.PAGE_SIZE, offset)
+            finally:
+                os.close(own)
+        page = page.ljust(ixf.PAGE_SIZE, b"\0")
+        self._remember(key, page)
+        return page
+
+    def _remember(self, key: tuple[int, int], page: bytes) -> None:
+        self._pages[key] = page
+        self._pages.move_to_end(key)
+        while len(self._pages) > self.pages_max:
+            self._pages.popitem(last=False)
+
+    # --- checkpoint thread: write headers and slots ---------------------------------------------
+
+    def write(self, ledger_id: int, header: ixf.IndexHeader | None, locations: Mapping[int, int]) -> None:
+        """Write a ledger's header (when given) and the slots of `locations`, then fsync the file."""
+        path = self.find(ledger_id)
+        created = path is None
+        if path is None:
+            if header is None:
+                raise CorruptDataError(f"ledger {ledger_id} has entries but no index header to create")
+            path = self._new_path(ledger_id)
+            path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | _CLOEXEC, 0o644)
+        try:
+            if header is not None:
+                os.pwrite(fd, ixf.encode_header(header), 0)
+            self._write_slots(fd, ledger_id, path, locations)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if created:
+            fsync_directory(path.parent)
+            self._paths[ledger_id] = path
+
+    def _write_slots(self, fd: int, ledger_id: int, path: Path, locations: Mapping[int, int]) -> None:
+        by_page: dict[int, dict[int, int]] = {}
+        for entry_id, location in locations.items():
+            page_no, slot = divmod(entry_id, ixf.SLOTS_PER_PAGE)
+            by_page.setdefault(page_no, {})[slot] = location
+        for page_no in sorted(by_page):
+            with self._lock:
+                old = self._page(ledger_id, page_no, path, fd)
+                slots = by_page[page_no]
+                if old != _ZERO_PAGE:  # a new page (the common case) needs no merge
+                    slots = {**dict(ixf.decode_slots(old)), **slots}
+                page = ixf.encode_slots(slots)
+                os.pwrite(fd, page, ixf.HEADER_SIZE + page_no * ixf.PAGE_SIZE)
+                self._remember((ledger_id, page_no), page)
+
+    def forget_pages(self) -> None:
+        with self._lock:
+            self._pages.clear()
+
+
+def _last_entry_id(fd: int, size: int) -> int:
+    """The highest set slot, scanning pages from the end of the file."""
+    pages = max(0, size - ixf.HEADER_SIZE) // ixf.PAGE_SIZE + (
+        1 if (size - ixf.HEADER_SIZE) % ixf.PAGE_SIZE else 0
+    )
+    for page_no in range(pages - 1, -1, -1):
+        data = os.pread(fd, ixf.PAGE_SIZE, ixf.HEADER_SIZE + page_no * ixf.PAGE_SIZE)
+        last = None
+        for entry_id, _ in ixf.decode_slots(data, page_no * ixf.SLOTS_PER_PAGE):
+            last = entry_id
+        if last is not None:
+            return last
+    return -1

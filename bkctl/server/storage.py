@@ -1,0 +1,589 @@
+"""Ledger storage of the bookie: add / read / fence, checkpoints (lastMark) and replay on start.
+
+Threads: the reactor thread validates adds, puts them in the write cache and appends journal records;
+the journal's sync thread fdatasyncs; a reactor pool thread runs each checkpoint (entry log, index
+pages, lastMark, old journals) while adds go on into a fresh write cache. Reads look in the active
+cache, then the cache being flushed, then index + entry log. See docs/bookie.md, "Storage engine".
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import struct
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from twisted.internet.defer import Deferred
+from twisted.internet.threads import deferToThreadPool
+from twisted.python.failure import Failure
+
+from bkctl import limits
+from bkctl.errors import CorruptDataError, ProtocolError, UsageError
+from bkctl.files.marks import LAST_MARK_NAME, read_last_mark
+from bkctl.protocol import index_format as ixf
+from bkctl.protocol import journal_format as jf
+from bkctl.protocol.journal_format import RecordKind
+from bkctl.protocol.wire import ReturnCode
+from bkctl.server.entrylog import EntryLogReader, EntryLogWriter, last_log_id
+from bkctl.server.index import IndexStore
+from bkctl.server.journal import JournalSettings, JournalWriter, Mark, list_journals, remove_old_journals
+from bkctl.server.metrics import StorageMetrics
+from bkctl.server.replay import ReplayReport, replay
+from bkctl.server.write_cache import WriteCache
+
+log = logging.getLogger("bkctl.bookie")
+
+MiB: Final = 1024 * 1024
+_KEY: Final = struct.Struct(">qq")
+_EOK: Final = int(ReturnCode.EOK)
+_EBADREQ: Final = int(ReturnCode.EBADREQ)
+_EUA: Final = int(ReturnCode.EUA)
+_EFENCED: Final = int(ReturnCode.EFENCED)
+_EREADONLY: Final = int(ReturnCode.EREADONLY)
+_EIO: Final = int(ReturnCode.EIO)
+_ENOLEDGER: Final = int(ReturnCode.ENOLEDGER)
+_ENOENTRY: Final = int(ReturnCode.ENOENTRY)
+_LAST_ENTRY_ID: Final = -1
+# Replay indexes what it wrote after this many entries, bounding the slot maps it keeps.
+REPLAY_SLOTS_MAX: Final = 1_000_000
+
+__all__ = ["ReplayReport", "Storage", "StorageConfig"]
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    """Bookie storage settings; the BookKeeper bk_server.conf name is in each comment."""
+
+    journal_dirs: tuple[Path, ...]  # journalDirectories (one is supported)
+    ledger_dirs: tuple[Path, ...]  # ledgerDirectories
+    index_dirs: tuple[Path, ...] = ()  # indexDirectories; empty = the ledger dirs
+    journal_max_group_wait_ms: float = 2.0  # journalMaxGroupWaitMSec
+    journal_buffered_writes_threshold: int = 512 * 1024  # journalBufferedWritesThreshold
+    journal_buffered_entries_threshold: int = 0  # journalBufferedEntriesThreshold (0 = off)
+    journal_flush_when_queue_empty: bool = False  # journalFlushWhenQueueEmpty
+    journal_prealloc_size: int = 16 * MiB  # journalPreAllocSizeMB
+    journal_max_size: int = 2048 * MiB  # journalMaxSizeMB
+    journal_alignment: int = 512  # journalAlignmentSize
+    journal_max_backups: int = 5  # journalMaxBackups
+    journal_sync_data: bool = True  # journalSyncData (False only for tests and benchmarks)
+    log_size_limit: int = 1024 * MiB  # logSizeLimit
+    flush_interval_ms: int = 60_000  # flushInterval (checkpoint period)
+    ledger_cache_pages_max: int = 8192  # pageLimit: index pages (8 KiB each) kept in memory
+    write_cache_max_bytes: int = 64 * MiB  # skipListSizeLimit: a bigger write cache starts a checkpoint
+    disk_usage_threshold: float = 0.95  # diskUsageThreshold: above it the bookie turns read-only
+    disk_usage_lwm_threshold: float = 0.90  # diskUsageLwmThreshold: below it, writable again
+    read_only: bool = False  # readOnlyModeEnabled + forced read-only at start
+
+    def __post_init__(self) -> None:
+        if len(self.journal_dirs) != 1:
+            raise UsageError(f"exactly one journal dir is supported, got {len(self.journal_dirs)}")
+        if not self.ledger_dirs:
+            raise UsageError("at least one ledger dir is needed")
+        if not self.index_dirs:
+            object.__setattr__(self, "index_dirs", self.ledger_dirs)
+        if self.journal_alignment < 16 or self.journal_alignment % 16:
+            raise UsageError(f"journal alignment {self.journal_alignment} must be a multiple of 16")
+
+    def journal_settings(self) -> JournalSettings:
+        return JournalSettings(
+            directory=self.journal_dirs[0] / "current",
+            group_wait_ms=self.journal_max_group_wait_ms,
+            buffered_bytes_threshold=self.journal_buffered_writes_threshold,
+            buffered_entries_threshold=self.journal_buffered_entries_threshold,
+            flush_when_queue_empty=self.journal_flush_when_queue_empty,
+            prealloc_size=self.journal_prealloc_size,
+            max_size=self.journal_max_size,
+            alignment=self.journal_alignment,
+            max_backups=self.journal_max_backups,
+            sync_data=self.journal_sync_data,
+        )
+
+
+@dataclass
+class LedgerInfo:
+    """What the bookie knows of one ledger beyond its entries; persisted in the index header."""
+
+    master_key: bytes
+    fenced: bool = False
+    explicit_lac: bytes | None = None
+    last_entry_id: int = -1  # highest entry id stored here (cache or disk)
+    index_version: int = ixf.V1
+    dirty: bool = True  # the index header must be written at the next checkpoint
+    key_journaled: bool = False  # a master key record is in the journal (or the index has the key)
+
+    def header(self) -> ixf.IndexHeader:
+        version = ixf.V1 if self.explicit_lac is not None else self.index_version
+        state = ixf.STATE_FENCED if self.fenced else 0
+        return ixf.IndexHeader(version, self.master_key, state, self.explicit_lac)
+
+
+@dataclass
+class _Checkpoint:
+    cache: WriteCache
+    headers: dict[int, ixf.IndexHeader]
+    mark: Mark
+    waiters: list[Deferred[None]] = field(default_factory=list)
+
+
+class Storage:
+    """One bookie's ledger storage. Every method except `start` runs on the reactor thread."""
+
+    def __init__(
+        self,
+        config: StorageConfig,
+        on_durable: Callable[[list[object]], None],
+        reactor: Any = None,
+    ) -> None:
+        if reactor is None:
+            from twisted.internet import reactor as default_reactor
+
+            reactor = default_reactor
+        self.config = config
+        self.metrics = StorageMetrics()
+        self._reactor = reactor
+        self._on_durable = on_durable
+        self._journal_dir = config.journal_dirs[0] / "current"
+        self._ledger_currents = [d / "current" for d in config.ledger_dirs]
+        self._index = IndexStore(config.index_dirs, config.ledger_cache_pages_max)
+        self._reader = EntryLogReader(config.ledger_dirs)
+        self._writer = EntryLogWriter(config.ledger_dirs, config.log_size_limit)
+        self._journal = JournalWriter(
+            config.journal_settings(), reactor, on_durable, self.metrics, self._journal_failed
+        )
+        self._ledgers: dict[int, LedgerInfo] = {}
+        self._active = WriteCache()
+        self._flushing: WriteCache | None = None
+        self._running: _Checkpoint | None = None
+        self._waiters: list[Deferred[None]] = []
+        self._manual_read_only = config.read_only
+        self._disk_full = False
+        self._journal_broken = False
+        self._periodic: Any = None
+        self._started = False
+        self._stopping: Deferred[None] | None = None
+        self.last_mark_written: Mark = (-1, 0)
+        self._replay_skipped = 0
+        self._replay_slots: dict[int, dict[int, int]] = {}
+        self._replay_slot_count = 0
+
+    # --- start: replay ----------------------------------------------------------------------------
+
+    def start(self) -> ReplayReport:
+        """Blocking, before the bookie listens: replay the journal from lastMark, checkpoint, open files."""
+        for directory in (
+            self._journal_dir,
+            *self._ledger_currents,
+            *(d / "current" for d in self.config.index_dirs),
+        ):
+            directory.mkdir(parents=True, exist_ok=True)
+        self._writer.open_next(last_log_id(self.config.ledger_dirs))
+        mark = self._read_last_mark()
+        report = replay(self._journal_dir, mark, self._replay_record)
+        report.skipped += self._replay_skipped
+        self._write_replay_slots()
+        journal_id = max(
+            int(time.time() * 1000), max((j for j, _ in list_journals(self._journal_dir)), default=0) + 1
+        )
+        self._journal.start(journal_id)
+        self._write_last_mark(self._journal.mark)
+        remove_old_journals(self._journal_dir, self._journal.mark, self.config.journal_max_backups)
+        self._started = True
+        self._schedule_periodic()
+        log.info(
+            "replayed %d records (%d entries, %.1f MB) from %s in %.3f s (%.0f MB/s)",
+            report.records,
+            report.entries,
+            report.bytes / 1e6,
+            ", ".join(report.journals) or "no journal",
+            report.seconds,
+            report.mb_per_s,
+        )
+        return report
+
+    def _read_last_mark(self) -> Mark:
+        marks = [(-1, 0)]
+        for directory in self._ledger_currents:
+            path = directory / LAST_MARK_NAME
+            if path.is_file():
+                try:
+                    found = read_last_mark(path)
+                except ProtocolError as exc:
+                    log.warning("%s: ignoring unreadable lastMark: %s", path, exc)
+                    continue
+                marks.append((found.journal_id, found.offset))
+        return max(marks)
+
+    def _replay_record(self, kind: RecordKind, body: memoryview) -> None:
+        if kind is RecordKind.DATA:
+            ledger_id, entry_id = _KEY.unpack_from(body)
+            info = self._ledgers.get(ledger_id) or self._ledger_or_none(ledger_id)
+            if info is None:
+                self._replay_skipped += 1
+                return
+            if entry_id > info.last_entry_id:
+                info.last_entry_id = entry_id
+            # Straight to the entry log in journal order: no copy into the write cache, no sort.
+            slots = self._replay_slots.get(ledger_id)
+            if slots is None:
+                slots = self._replay_slots[ledger_id] = {}
+            slots[entry_id] = self._writer.append(ledger_id, body)
+            self._replay_slot_count += 1
+            if self._replay_slot_count >= REPLAY_SLOTS_MAX:
+                self._write_replay_slots()
+        elif kind is RecordKind.MASTER_KEY:
+            ledger_id, key = jf.decode_master_key(body)
+            info = self._ledger_or_none(ledger_id)
+            if info is None:
+                self._ledgers[ledger_id] = LedgerInfo(key, key_journaled=True)
+            elif info.master_key != key:
+                info.master_key, info.dirty = key, True
+        elif kind is RecordKind.FENCE or kind is RecordKind.EXPLICIT_LAC:
+            self._replay_ledger_state(kind, body)
+        elif kind is RecordKind.UNKNOWN:
+            self._replay_skipped += 1
+
+    def _write_replay_slots(self) -> None:
+        """Index the entries replayed so far (their entry log bytes are fsynced before lastMark moves)."""
+        self._writer.flush()
+        headers = self._dirty_headers()
+        for ledger_id in sorted(self._replay_slots.keys() | headers.keys()):
+            self._index.write(ledger_id, headers.get(ledger_id), self._replay_slots.get(ledger_id, {}))
+        self._replay_slots = {}
+        self._replay_slot_count = 0
+
+    def _replay_ledger_state(self, kind: RecordKind, body: memoryview) -> None:
+        ledger_id = jf.record_key(body)[0]
+        info = self._ledger_or_none(ledger_id)
+        if info is None:
+            # As Java does: a ledger whose key we never saw was deleted; its records are skipped.
+            self._replay_skipped += 1
+            return
+        if kind is RecordKind.FENCE:
+            info.fenced = True
+        else:
+            info.explicit_lac = jf.decode_explicit_lac(body)[1]
+        info.dirty = True
+
+    def _ledger_or_none(self, ledger_id: int) -> LedgerInfo | None:
+        try:
+            return self._ledger(ledger_id)
+        except CorruptDataError as exc:
+            log.error("ledger %d: %s", ledger_id, exc)
+            return None
+
+    # --- adds -----------------------------------------------------------------------------------
+
+    def add(
+        self, ledger_id: int, entry_id: int, master_key: bytes, entry: bytes, recovery: bool, token: object
+    ) -> int:
+        """Accept an entry (EOK; `token` goes to on_durable once it is durable) or refuse it now."""
+        if self._manual_read_only or self._disk_full or self._stopping is not None:
+            return self.metrics.error(_EREADONLY)
+        if self._journal_broken:
+            return self.metrics.error(_EIO)
+        size = len(entry)
+        if (
+            size < 16
+            or size > limits.ENTRY_SIZE_MAX
+            or entry_id < 0
+            or len(master_key) > limits.MASTER_KEY_SIZE_MAX
+            or _KEY.unpack_from(entry) != (ledger_id, entry_id)
+        ):
+            return self.metrics.error(_EBADREQ)
+        info = self._ledgers.get(ledger_id)
+        if info is None:
+            try:
+                info = self._ledger(ledger_id)
+            except CorruptDataError as exc:
+                log.error("add to ledger %d: %s", ledger_id, exc)
+                return self.metrics.error(_EIO)
+            if info is None:
+                info = self._new_ledger(ledger_id, master_key)
+        if info.master_key != master_key:
+            return self.metrics.error(_EUA)
+        if info.fenced and not recovery:
+            return self.metrics.error(_EFENCED)
+        self._store(info, ledger_id, entry_id, entry)
+        self._journal.append(entry, token)
+        metrics = self.metrics
+        metrics.adds += 1
+        metrics.bytes_written += size
+        if self._active.size_bytes >= self.config.write_cache_max_bytes and self._running is None:
+            self._reactor.callLater(0, self._checkpoint_logged)
+        return _EOK
+
+    def _store(self, info: LedgerInfo, ledger_id: int, entry_id: int, entry: bytes) -> None:
+        self._active.put(ledger_id, entry_id, entry)
+        if entry_id > info.last_entry_id:
+            info.last_entry_id = entry_id
+
+    def _new_ledger(self, ledger_id: int, master_key: bytes) -> LedgerInfo:
+        """First sight of a ledger: its master key goes to the journal before any of its records."""
+        info = LedgerInfo(master_key, key_journaled=True)
+        self._ledgers[ledger_id] = info
+        self._journal.append(jf.encode_master_key(ledger_id, master_key), None)
+        return info
+
+    def _ledger(self, ledger_id: int) -> LedgerInfo | None:
+        """The ledger's state, loaded from its index file on first use; None when the bookie lacks it."""
+        info = self._ledgers.get(ledger_id)
+        if info is not None:
+            return info
+        loaded = self._index.load(ledger_id)
+        if loaded is None:
+            return None
+        header = loaded.header
+        info = LedgerInfo(
+            header.master_key,
+            header.fenced,
+            header.explicit_lac,
+            loaded.last_entry_id,
+            header.version,
+            dirty=False,
+            key_journaled=True,
+        )
+        self._ledgers[ledger_id] = info
+        return info
+
+    # --- fencing --------------------------------------------------------------------------------
+
+    def fence(self, ledger_id: int, master_key: bytes, token: object) -> int:
+        """Fence a ledger: EOK and `token` delivered once the fence record is durable; EUA/EIO now.
+
+        Like Java, a ledger this bookie has not seen is created fenced (its master key and a fence
+        record are journaled), so an old writer's adds that arrive later are refused too.
+        """
+        self.metrics.fences += 1
+        if self._stopping is not None:
+            return self.metrics.error(_EREADONLY)
+        if self._journal_broken:
+            return self.metrics.error(_EIO)
+        if len(master_key) > limits.MASTER_KEY_SIZE_MAX:
+            return self.metrics.error(_EBADREQ)
+        try:
+            info = self._ledger(ledger_id)
+        except CorruptDataError as exc:
+            log.error("fence ledger %d: %s", ledger_id, exc)
+            return self.metrics.error(_EIO)
+        if info is None:
+            info = self._new_ledger(ledger_id, master_key)
+        elif info.master_key != master_key:
+            return self.metrics.error(_EUA)
+        if info.fenced:
+            self._journal.append_token(token)
+        else:
+            info.fenced = info.dirty = True
+            self._journal.append(jf.encode_fence(ledger_id), token)
+        return _EOK
+
+    def explicit_lac(self, ledger_id: int) -> bytes | None:
+        """The last explicit-LAC body journaled for the ledger (restored by replay), or None."""
+        info = self._ledger_or_none(ledger_id)
+        return None if info is None else info.explicit_lac
+
+    def is_fenced(self, ledger_id: int) -> bool:
+        info = self._ledger_or_none(ledger_id)
+        return info is not None and info.fenced
+
+    # --- reads ----------------------------------------------------------------------------------
+
+    def read(self, ledger_id: int, entry_id: int) -> tuple[int, bytes]:
+        """(EOK, stored entry) or (ENOLEDGER | ENOENTRY | EIO, b""); entry id -1 = the last one here."""
+        self.metrics.reads += 1
+        try:
+            info = self._ledger(ledger_id)
+        except CorruptDataError as exc:
+            log.error("read ledger %d entry %d: %s", ledger_id, entry_id, exc)
+            return self.metrics.error(_EIO), b""
+        if info is None:
+            return self.metrics.error(_ENOLEDGER), b""
+        if entry_id == _LAST_ENTRY_ID:
+            entry_id = info.last_entry_id
+        if entry_id < 0:
+            return self.metrics.error(_ENOENTRY), b""
+        data = self._active.get(ledger_id, entry_id)
+        if data is None and self._flushing is not None:
+            data = self._flushing.get(ledger_id, entry_id)
+        if data is not None:
+            return _EOK, data
+        return self._read_stored(ledger_id, entry_id)
+
+    def _read_stored(self, ledger_id: int, entry_id: int) -> tuple[int, bytes]:
+        path, slot_offset = None, 0
+        try:
+            location, path, slot_offset = self._index.location(ledger_id, entry_id)
+            if not location:
+                return self.metrics.error(_ENOENTRY), b""
+            return _EOK, self._reader.read(location, ledger_id, entry_id)
+        except (CorruptDataError, ProtocolError, OSError) as exc:
+            log.error(
+                "read ledger %d entry %d: index %s slot at offset %d: %s",
+                ledger_id,
+                entry_id,
+                path,
+                slot_offset,
+                exc,
+            )
+            return self.metrics.error(_EIO), b""
+
+    # --- read-only mode -------------------------------------------------------------------------
+
+    def set_read_only(self, read_only: bool) -> None:
+        self._manual_read_only = read_only
+        log.warning("bookie storage is now %s", "read-only" if read_only else "writable")
+
+    @property
+    def read_only(self) -> bool:
+        return self._manual_read_only or self._disk_full or self._journal_broken
+
+    def _check_disk_usage(self) -> None:
+        usage = max(_disk_usage(d) for d in (self._journal_dir, *self._ledger_currents))
+        if not self._disk_full and usage > self.config.disk_usage_threshold:
+            self._disk_full = True
+            log.error("disk usage %.1f%% is above the threshold: read-only", usage * 100)
+        elif self._disk_full and usage < self.config.disk_usage_lwm_threshold:
+            self._disk_full = False
+            log.warning("disk usage %.1f%% is below the low-water mark: writable again", usage * 100)
+
+    def _journal_failed(self, exc: OSError) -> None:
+        self._journal_broken = True
+
+    # --- checkpoint -----------------------------------------------------------------------------
+
+    def checkpoint(self) -> Deferred[None]:
+        """Flush the write cache to the entry log and index (off the reactor thread), then lastMark."""
+        done: Deferred[None] = Deferred()
+        self._waiters.append(done)
+        if self._running is None:
+            self._start_checkpoint()
+        return done
+
+    def _start_checkpoint(self) -> None:
+        run = _Checkpoint(self._active, self._dirty_headers(), self._journal.mark, self._waiters)
+        self._waiters = []
+        self._active, self._flushing, self._running = WriteCache(), run.cache, run
+        pool = self._reactor.getThreadPool()
+        deferred = deferToThreadPool(self._reactor, pool, self._checkpoint_in_thread, run)
+        deferred.addBoth(self._checkpoint_done, run)
+
+    def _dirty_headers(self) -> dict[int, ixf.IndexHeader]:
+        headers = {}
+        for ledger_id, info in self._ledgers.items():
+            if info.dirty:
+                headers[ledger_id] = info.header()
+                info.dirty = False
+        return headers
+
+    def _checkpoint_in_thread(self, run: _Checkpoint) -> None:
+        if not run.cache and not run.headers and run.mark == self.last_mark_written:
+            return
+        self._write_out(run.cache, run.headers)
+        self._write_last_mark(run.mark)
+        remove_old_journals(self._journal_dir, run.mark, self.config.journal_max_backups)
+
+    def _checkpoint_done(self, result: object, run: _Checkpoint) -> None:
+        self._running = None
+        self._flushing = None
+        if isinstance(result, Failure):
+            log.error("checkpoint failed: %s", result.getErrorMessage())
+            run.cache.merge_under(self._active)
+            self._active = run.cache
+            for ledger_id in run.headers:
+                if ledger_id in self._ledgers:
+                    self._ledgers[ledger_id].dirty = True
+            for waiter in run.waiters:
+                waiter.errback(result)
+        else:
+            self.metrics.checkpoints += 1
+            for waiter in run.waiters:
+                waiter.callback(None)
+        if self._waiters:
+            self._start_checkpoint()
+
+    def _write_out(self, cache: WriteCache, headers: dict[int, ixf.IndexHeader]) -> None:
+        """Entries to the entry log (sorted), fsync; then index headers and slots, each fsynced."""
+        locations: dict[int, dict[int, int]] = {}
+        writer = self._writer
+        for ledger_id, entries in sorted(cache.entries.items()):
+            slots = locations[ledger_id] = {}
+            for entry_id in sorted(entries):
+                slots[entry_id] = writer.append(ledger_id, entries[entry_id])
+        writer.flush()
+        for ledger_id in sorted(locations.keys() | headers.keys()):
+            self._index.write(ledger_id, headers.get(ledger_id), locations.get(ledger_id, {}))
+
+    def _write_last_mark(self, mark: Mark) -> None:
+        data = jf.encode_last_mark(*mark)
+        for directory in self._ledger_currents:
+            temporary = directory / (LAST_MARK_NAME + ".tmp")
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(temporary, directory / LAST_MARK_NAME)
+        self.last_mark_written = mark
+
+    def _schedule_periodic(self) -> None:
+        self._periodic = self._reactor.callLater(self.config.flush_interval_ms / 1000.0, self._on_periodic)
+
+    def _on_periodic(self) -> None:
+        self._schedule_periodic()
+        try:
+            self._check_disk_usage()
+        except OSError as exc:
+            log.error("disk usage check failed: %s", exc)
+        if self._running is None:
+            self._checkpoint_logged()
+
+    def _checkpoint_logged(self) -> None:
+        if self._running is None and self._stopping is None:
+            self.checkpoint().addErrback(lambda failure: None)
+
+    # --- stop, info -----------------------------------------------------------------------------
+
+    def stop(self) -> Deferred[None]:
+        """Drain the journal, run a final checkpoint, close every file."""
+        if self._stopping is not None:
+            return self._stopping
+        if self._periodic is not None and self._periodic.active():
+            self._periodic.cancel()
+        drained = self._journal.stop() if self._started else Deferred()
+        if not self._started:
+            drained.callback(None)
+        drained.addCallback(lambda _: self.checkpoint())
+        drained.addBoth(self._close_files)
+        self._stopping = drained
+        return drained
+
+    def _close_files(self, result: object) -> object:
+        self._writer.close()
+        self._reader.close()
+        return result
+
+    def info(self) -> dict[str, object]:
+        return {
+            "ledgers": len(self._ledgers),
+            "journal_file": str(self._journal.path) if self._journal.journal_id >= 0 else None,
+            "journal_position": self._journal.mark[1],
+            "journal_durable_mark": list(self._journal.durable_mark),
+            "last_mark": list(self.last_mark_written),
+            "entry_log_id": self._writer.log_id,
+            "entry_log_position": self._writer.position,
+            "write_cache_bytes": self._active.size_bytes,
+            "read_only": self.read_only,
+            "journal_dirs": [str(d) for d in self.config.journal_dirs],
+            "ledger_dirs": [str(d) for d in self.config.ledger_dirs],
+            "index_dirs": [str(d) for d in self.config.index_dirs],
+        }
+
+
+def _disk_usage(directory: Path) -> float:
+    usage = shutil.disk_usage(directory)
+    return usage.used / usage.total if usage.total else 0.0

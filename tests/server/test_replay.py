@@ -1,0 +1,161 @@
+"""Replay on start: kill -9 consistency, torn journal tails, Java journal versions, explicit LAC."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from twisted.internet import reactor
+
+from bkctl.model import DigestType
+from bkctl.protocol import journal_format as jf
+from bkctl.protocol.wire import ReturnCode as RC
+from bkctl.server.storage import Storage
+from tests.conftest import REPO
+from tests.server.crash_writer import payload
+from tests.server.helpers import (
+    KEY,
+    WAIT_S,
+    Durable,
+    abandon,
+    config,
+    packaged,
+    started,
+    twisted_test,
+    wait_until,
+)
+from tests.storage_builders import journal_bytes, ledger_journal_bodies, write
+
+
+@twisted_test
+async def test_every_acknowledged_entry_survives_sigkill(tmp_path: Path) -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.server.crash_writer", str(tmp_path)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    acked: list[tuple[int, int]] = []
+
+    def collect() -> None:
+        assert child.stdout is not None
+        for line in child.stdout:
+            if line.endswith("\n"):
+                ledger_id, entry_id = map(int, line.split())
+                acked.append((ledger_id, entry_id))
+
+    reader = threading.Thread(target=collect, daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 30
+    # Past several checkpoints (50 ms apart), so replay starts from a lastMark mid-journal.
+    while len(acked) < 20_000 and time.monotonic() < deadline and child.poll() is None:
+        time.sleep(0.01)
+    child.send_signal(signal.SIGKILL)
+    child.wait(WAIT_S)
+    reader.join(WAIT_S)
+    assert len(acked) >= 20_000, f"only {len(acked)} acknowledged before the deadline"
+    storage = Storage(config(tmp_path), Durable(), reactor)
+    report = storage.start()
+    assert report.start_mark[1] > 512 and report.entries > 0  # from a checkpoint mid-journal
+    for ledger_id, entry_id in acked:
+        expected = packaged(ledger_id, entry_id, payload(ledger_id, entry_id))
+        assert storage.read(ledger_id, entry_id) == (RC.EOK, expected), (ledger_id, entry_id)
+    await storage.stop()
+
+
+async def _journal_with_entries(tmp_path: Path, count: int) -> Path:
+    durable = Durable()
+    storage = started(tmp_path, durable)
+    for entry_id in range(count):
+        assert storage.add(1, entry_id, KEY, packaged(1, entry_id, bytes(100)), False, entry_id) == RC.EOK
+    await wait_until(lambda: count - 1 in durable.tokens)
+    abandon(storage)
+    return storage._journal.path
+
+
+def _record_offsets(path: Path) -> list[int]:
+    from bkctl.files.journal import journal_records, open_journal
+
+    return [o for o, kind, _ in journal_records(open_journal(path)) if kind is jf.RecordKind.DATA]
+
+
+@twisted_test
+async def test_torn_tail_mid_record(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = await _journal_with_entries(tmp_path, 50)
+    offsets = _record_offsets(path)
+    cut = offsets[40] + 30  # inside record 40
+    with path.open("r+b") as f:
+        f.truncate(cut)
+    with caplog.at_level(logging.WARNING, logger="bkctl.bookie"):
+        storage = started(tmp_path)
+    assert f"{path}" in caplog.text and f"offset {offsets[40]}" in caplog.text
+    for entry_id in range(40):
+        assert storage.read(1, entry_id) == (RC.EOK, packaged(1, entry_id, bytes(100)))
+    assert storage.read(1, 40) == (RC.ENOENTRY, b"")
+    assert storage.read(1, -1) == (RC.EOK, packaged(1, 39, bytes(100)))
+    await storage.stop()
+
+
+@twisted_test
+async def test_garbage_after_the_last_record(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = await _journal_with_entries(tmp_path, 20)
+    offsets = _record_offsets(path)
+    end = offsets[-1] + 4 + len(packaged(1, 19, bytes(100)))
+    end += -end % 512  # after the padding of the last commit
+    with path.open("r+b") as f:
+        f.seek(end)
+        f.write(b"\xde\xad\xbe\xef" * 50)
+    with caplog.at_level(logging.WARNING, logger="bkctl.bookie"):
+        storage = started(tmp_path)
+    assert f"offset {end}" in caplog.text
+    assert all(storage.read(1, e) == (RC.EOK, packaged(1, e, bytes(100))) for e in range(20))
+    await storage.stop()
+
+
+@pytest.mark.parametrize("version", [3, 4, 5, 6])
+@twisted_test
+async def test_replays_every_journal_version(tmp_path: Path, version: int) -> None:
+    bodies = ledger_journal_bodies(12, 30, DigestType.CRC32C, version)
+    data = journal_bytes(version, bodies, pad_every=7 if version >= 5 else 0)
+    write(tmp_path / "journal" / "current" / jf.journal_file_name(0x1234), data + bytes(4096))
+    storage = started(tmp_path)
+    assert all(storage.read(12, e)[1] == bodies[1 + e] for e in range(30))
+    assert storage.is_fenced(12) == (version >= 4)
+    assert (storage.explicit_lac(12) is not None) == (version >= 6)
+    assert storage.add(12, 30, KEY, packaged(12, 30), True, None) == RC.EOK
+    await storage.stop()
+    again = started(tmp_path)  # now from the index: lastMark moved past the old journal
+    assert again.is_fenced(12) == (version >= 4)
+    assert again.explicit_lac(12) == storage.explicit_lac(12)
+    assert again.read(12, -1) == (RC.EOK, packaged(12, 30))
+    await again.stop()
+
+
+@twisted_test
+async def test_replay_of_a_big_journal_checkpoints_as_it_goes(tmp_path: Path) -> None:
+    durable = Durable()
+    storage = started(tmp_path, durable)
+    for entry_id in range(3000):
+        storage.add(
+            entry_id % 5,
+            entry_id // 5,
+            KEY,
+            packaged(entry_id % 5, entry_id // 5, bytes(500)),
+            False,
+            entry_id,
+        )
+    await wait_until(lambda: 2999 in durable.tokens)
+    abandon(storage)
+    again = started(tmp_path, write_cache_max_bytes=100_000)
+    assert again.metrics.checkpoints == 0 and again._writer.position > 1_000_000
+    assert all(
+        again.read(e % 5, e // 5) == (RC.EOK, packaged(e % 5, e // 5, bytes(500))) for e in range(3000)
+    )
+    await again.stop()
