@@ -9,8 +9,9 @@
 store (kazoo pipelines their requests on one connection; SQLite serializes them). "list" fills the
 store to `--ledgers` ledgers (multi of 1000 creates of real metadata), then walks them with
 `Layout.ledger_ids()`, reads and decodes every ledger's metadata with `Layout.read_ledgers()` (what
-`ledger list --bookie` does, 32 reads in flight), and runs `bkctl ledger list -o plain` end to end
-in a subprocess (interpreter start-up included). ZooKeeper: a throwaway Debian ZooKeeper
+`ledger list --bookie` does: `store.get_many` batches, multiRead on ZooKeeper; the bare
+`store.get_many` of every path is timed too), and runs `bkctl ledger list -o plain` end to end in a
+subprocess (interpreter start-up included). ZooKeeper: a throwaway Debian ZooKeeper
 (bkctl.metadata.zk_server, forceSync off); SQLite: a fresh file (WAL, synchronous=NORMAL).
 Every loop is bounded by its count.
 """
@@ -120,6 +121,12 @@ def run(name: str, creates: int, ledgers: int) -> list[tuple[str, str, str, str]
                 f"{elapsed:.2f} s",
             )
         )
+        paths = [layout.ledger_path(i) for i in ids]
+        nodes: list[object] = []
+        elapsed = timed(lambda: nodes.extend(store.get_many(paths)))
+        assert len(nodes) == ledgers and None not in nodes
+        rate = f"{ledgers / elapsed:,.0f}/s"
+        rows.append((name, f"store.get_many() (bytes only), {ledgers:,}", rate, f"{elapsed:.2f} s"))
         found: list[object] = []
         elapsed = timed(lambda: found.extend(layout.read_ledgers(ids)))
         assert len(found) == ledgers

@@ -46,6 +46,10 @@ METADATA_SESSION_TIMEOUT_MS: Final = 10_000
 METADATA_SESSION_TIMEOUT_MS_MIN: Final = 100
 METADATA_SESSION_TIMEOUT_MS_MAX: Final = 600_000
 METADATA_CONNECT_TIMEOUT_MS: Final = 5_000
+# get_many(): ZooKeeper reads in flight at once (pipelined on one connection), and paths per SQLite
+# `WHERE path IN (...)` query (SQLite allows 32,766 parameters; smaller chunks keep the store's lock short).
+METADATA_GET_MANY_WINDOW: Final = 1000
+SQLITE_GET_MANY_CHUNK: Final = 500
 # A recursive delete walks at most this many nodes, so a wrong path cannot wipe an unbounded tree.
 METADATA_RECURSIVE_DELETE_MAX: Final = 10_000_000
 # SQLite backend: how often watches poll the change log, how often expired leases are looked for, and
@@ -66,3 +70,24 @@ METADATA_VALUE_SIZE_MAX: Final = 1024 * 1024
 BOOKIE_PENDING_ADDS_PER_CONNECTION_MAX: Final = 10_000
 # Reply bytes queued on one connection (a client that does not read) before the bookie stops reading.
 BOOKIE_REPLY_BUFFER_MAX: Final = 4 * 1024 * 1024
+
+# Ledger client (bkctl.client). Java's addEntryTimeoutSec / readEntryTimeoutSec default to 5 s.
+CLIENT_REQUEST_TIMEOUT_MS: Final = 5_000
+CLIENT_CONNECT_TIMEOUT_MS: Final = 5_000
+# Reconnect backoff per bookie: requests fail fast while it lasts; it doubles per failed attempt.
+CLIENT_RECONNECT_BACKOFF_MS_MIN: Final = 50
+CLIENT_RECONNECT_BACKOFF_MS_MAX: Final = 2_000
+# Requests one bookie connection may have unanswered (timed-out ones count until their late reply).
+CLIENT_REQUESTS_PER_BOOKIE_MAX: Final = 100_000
+# Adds a ledger handle has sent and not yet acknowledged; more adds wait (up to the second bound).
+CLIENT_ADDS_IN_FLIGHT_MAX: Final = 10_000
+CLIENT_ADDS_WAITING_MAX: Final = 100_000
+# Entries one range read has in flight, and entries one read call may ask for.
+CLIENT_READS_IN_FLIGHT_MAX: Final = 256
+CLIENT_READ_RANGE_MAX: Final = 1_000_000
+# Ensemble changes in a row (each replacing failed bookies) before the writer gives up.
+CLIENT_ENSEMBLE_CHANGES_MAX: Final = 16
+# Metadata compare-and-swap attempts of one client operation (ensemble change, close, recovery).
+CLIENT_METADATA_CAS_MAX: Final = 100
+# Entries recovery reads past the LAC before it gives up (a writer never has more outstanding).
+CLIENT_RECOVERY_ENTRIES_MAX: Final = 1_000_000

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,9 +42,14 @@ def zookeeper() -> Iterator[ZooKeeperServer]:
     server.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def zk_admin(zookeeper: ZooKeeperServer) -> Iterator[ZooKeeperStore]:
-    """A client of the whole tree (no chroot), to create each test's chroot."""
+    """A client of the whole tree (no chroot), to create this test's chroot.
+
+    Per test, not per session: a live kazoo client calls `random` on its connection thread (ping
+    jitter), which hypothesis reports as "random module inside strategies" in whatever @given test
+    happens to be drawing at that moment. ~20 ms per ZooKeeper test buys every other test silence.
+    """
     with ZooKeeperStore(zookeeper.hosts) as admin:
         yield admin
 
@@ -102,6 +109,39 @@ class StoreTarget:
 
 
 BACKENDS = ("sqlite", "zookeeper")
+
+
+# Threads of a metadata store: SQLite's session and events threads, kazoo's connection and workers.
+STORE_THREAD_PREFIXES = ("bkctl-sqlite-",)
+STORE_THREAD_SUFFIXES = ("(zk_loop)", "(_thread_worker)")
+THREAD_EXIT_WAIT_S = 2.0
+
+
+def store_threads() -> list[threading.Thread]:
+    return [
+        t
+        for t in threading.enumerate()
+        if t.name.startswith(STORE_THREAD_PREFIXES) or t.name.endswith(STORE_THREAD_SUFFIXES)
+    ]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_store_outlives_its_module(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test module that leaves a metadata store open (its threads running) behind it.
+
+    A leaked store keeps a session (ephemeral nodes, leases) and threads that disturb later tests:
+    kazoo's ping jitter uses `random`, which hypothesis then blames on the @given test drawing.
+    """
+    before = set(store_threads())
+    yield
+    deadline = time.monotonic() + THREAD_EXIT_WAIT_S
+    leaked = [t for t in store_threads() if t not in before]
+    while leaked and time.monotonic() < deadline:  # close() has returned; give threads a moment to end
+        time.sleep(0.05)
+        leaked = [t for t in leaked if t.is_alive()]
+    if leaked:
+        names = ", ".join(sorted(t.name for t in leaked))
+        pytest.fail(f"{request.node.nodeid}: metadata store threads still running after the module: {names}")
 
 
 @pytest.fixture(params=BACKENDS)

@@ -347,6 +347,13 @@ def _read_node(conn: sqlite3.Connection, path: str) -> tuple[bytes, Stat] | None
     return None if row is None else (bytes(row[0]), _stat(row[1:]))
 
 
+def _read_nodes(conn: sqlite3.Connection, paths: Sequence[str]) -> dict[str, tuple[bytes, Stat]]:
+    """The nodes that exist among `paths` (at most SQLITE_GET_MANY_CHUNK), in one query."""
+    marks = ",".join("?" * len(paths))
+    rows = conn.execute(f"SELECT path, data, {STAT_COLUMNS} FROM nodes WHERE path IN ({marks})", tuple(paths))
+    return {row[0]: (bytes(row[1]), _stat(row[2:])) for row in rows}
+
+
 def _read_children(conn: sqlite3.Connection, path: str) -> list[str] | None:
     names = [r[0] for r in conn.execute("SELECT name FROM nodes WHERE parent = ? ORDER BY name", (path,))]
     if not names and conn.execute("SELECT 1 FROM nodes WHERE path = ?", (path,)).fetchone() is None:
@@ -642,6 +649,19 @@ class SqliteStore(MetadataStore):
         if node is None:
             raise NotFoundError(f"metadata node {path} does not exist")
         return node
+
+    def get_many(self, paths: Sequence[str]) -> list[tuple[bytes, Stat] | None]:
+        for path in paths:
+            validate_path(path)
+        self._check_open()
+        found: dict[str, tuple[bytes, Stat]] = {}
+        for start in range(0, len(paths), limits.SQLITE_GET_MANY_CHUNK):
+            # One query per chunk, the store's lock released in between so other threads get a turn.
+            found.update(self._read_chunk(paths[start : start + limits.SQLITE_GET_MANY_CHUNK]))
+        return [found.get(path) for path in paths]
+
+    def _read_chunk(self, paths: Sequence[str]) -> dict[str, tuple[bytes, Stat]]:
+        return self._read(lambda conn: _read_nodes(conn, paths))
 
     def exists(self, path: str) -> Stat | None:
         validate_path(path)

@@ -35,7 +35,7 @@ from typing import Literal
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from bkctl import limits
-from bkctl.errors import NodeExistsError, UsageError
+from bkctl.errors import NodeExistsError, NotFoundError, UsageError
 
 log = logging.getLogger("bkctl.metadata")
 
@@ -153,6 +153,23 @@ class MetadataStore(abc.ABC):
     @abc.abstractmethod
     def get(self, path: str) -> tuple[bytes, Stat]:
         """A node's data and Stat; NotFoundError if absent."""
+
+    def get_many(self, paths: Sequence[str]) -> list[tuple[bytes, Stat] | None]:
+        """Each node's data and Stat, in the order of `paths`; None where a node is absent.
+
+        The reads are not one snapshot: each is as of its own moment, as separate `get`s would be.
+        Backends override this to batch (SQLite) or pipeline (ZooKeeper) the reads; this default
+        reads one node after another. UsageError for a bad path, before anything is read.
+        """
+        for path in paths:
+            validate_path(path)
+        return [self._get_or_none(path) for path in paths]
+
+    def _get_or_none(self, path: str) -> tuple[bytes, Stat] | None:
+        try:
+            return self.get(path)
+        except NotFoundError:
+            return None
 
     @abc.abstractmethod
     def exists(self, path: str) -> Stat | None:

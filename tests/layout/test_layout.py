@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from bkctl.errors import BadVersionError, ConflictError, CorruptDataError, NotFoundError, UsageError
+from bkctl.metadata import ledgers
 from bkctl.metadata.layout import (
     INT_MAX,
     LEDGER_ID_MAX,
@@ -256,6 +257,20 @@ def test_walk_reports_and_skips_foreign_nodes(store: MetadataStore) -> None:
     assert [p for p, _ in problems] == ["/ledgers/00/0000/L0009"]
     with pytest.raises(CorruptDataError, match="L0009"):
         layout.read_ledger(9)
+
+
+def test_read_ledgers_batch_by_batch(store: MetadataStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Several get_many batches: the caller's order, vanished ids skipped, malformed ones reported."""
+    monkeypatch.setattr(ledgers, "READ_BATCH", 2)
+    layout = Layout(store)
+    layout.init_cluster()
+    for ledger_id in (1, 2, 3, 5, 8):
+        layout.create_ledger(_ledger(), ledger_id)
+    store.set(layout.ledger_path(3), b"\xff not metadata")
+    problems = Problems()
+    assert [i for i, _ in layout.read_ledgers([8, 1, 4, 3, 2, 5], problems)] == [8, 1, 2, 5]
+    assert [p for p, _ in problems] == ["/ledgers/00/0000/L0003"]
+    assert problems[0][1].startswith("bad metadata: ")
 
 
 # --- bookies and cookies -----------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from bkctl import limits
 from bkctl.errors import (
     BadVersionError,
     EphemeralParentError,
@@ -131,6 +132,56 @@ def test_binary_data_round_trips(store: MetadataStore) -> None:
     store.create("/bin", blob)
     assert store.get("/bin")[0] == blob
     assert store.get("/bin")[1].data_length == len(blob)
+
+
+# --- get_many ----------------------------------------------------------------------------------------
+
+# The backend's own bulk read, and the base class's one-by-one default run on the same backend.
+GET_MANY = {
+    "backend": lambda store, paths: store.get_many(paths),
+    "default": lambda store, paths: MetadataStore.get_many(store, paths),
+}
+
+
+@pytest.mark.parametrize("impl", GET_MANY)
+def test_get_many_present_and_missing_in_order(store: MetadataStore, impl: str) -> None:
+    store.create("/a", b"1")
+    store.create("/a/b", b"2")
+    store.set("/a/b", b"22")
+    store.create("/c")
+    paths = ["/c", "/missing", "/a/b", "/a", "/a/b", "/a/missing/deeper", "/"]
+    got = GET_MANY[impl](store, paths)
+    assert got == [None if store.exists(p) is None else store.get(p) for p in paths]
+    assert [None if g is None else g[0] for g in got] == [b"", None, b"22", b"1", b"22", None, b""]
+    assert got[2] is not None and got[2][1].version == 1
+
+
+@pytest.mark.parametrize("impl", GET_MANY)
+def test_get_many_of_nothing(store: MetadataStore, impl: str) -> None:
+    assert GET_MANY[impl](store, []) == []
+
+
+def test_get_many_beyond_one_window(store: MetadataStore) -> None:
+    """More paths than ZooKeeper's window and SQLite's chunk: every answer still in its place."""
+    count = limits.METADATA_GET_MANY_WINDOW + limits.SQLITE_GET_MANY_CHUNK + 7
+    store.create("/many")
+    for start in range(0, count, limits.METADATA_MULTI_OPS_MAX):
+        ids = range(start, min(start + limits.METADATA_MULTI_OPS_MAX, count))
+        store.multi([CreateOp(f"/many/n{i:05d}", str(i).encode()) for i in ids])
+    # Newest first, every third path missing: order is ours, not the store's.
+    wanted = [f"/many/n{i:05d}" if i % 3 else f"/many/gone{i}" for i in reversed(range(count))]
+    got = store.get_many(wanted)
+    assert len(got) == count
+    for i, node in zip(reversed(range(count)), got, strict=True):
+        assert (node is None) if i % 3 == 0 else (node is not None and node[0] == str(i).encode())
+
+
+def test_get_many_bad_path_reads_nothing(store: MetadataStore) -> None:
+    with pytest.raises(UsageError):
+        store.get_many(["/", "relative"])
+    store.close()
+    with pytest.raises(UnavailableError):
+        store.get_many(["/"])
 
 
 # --- set (CAS) ---------------------------------------------------------------------------------------
@@ -485,6 +536,7 @@ def test_bad_paths_are_usage_errors(store: MetadataStore, path: str) -> None:
         lambda: store.set(path, b""),
         lambda: store.delete(path),
         lambda: store.children(path),
+        lambda: store.get_many(["/", path]),
     ):
         with pytest.raises(UsageError):
             call()

@@ -11,6 +11,7 @@ import pytest
 
 from bkctl.errors import ExitCode, NotFoundError, UnavailableError
 from bkctl.metadata.store import open_store
+from bkctl.metadata.zk_multiread import MultiRead
 from bkctl.metadata.zk_server import ZooKeeperServer, free_port
 from bkctl.metadata.zookeeper import ZooKeeperStore
 from tests.conftest import REPO
@@ -73,3 +74,24 @@ def test_session_id_and_repr(zk_chroot: str) -> None:
     with ZooKeeperStore(zk_chroot) as store:
         assert store.session_id > 0
         assert hex(store.session_id) in repr(store)
+
+
+def test_get_many_falls_back_to_gets_without_multi_read(
+    zk_chroot: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ZooKeeper < 3.6 answers multiRead with UNIMPLEMENTED, as 3.8 answers an opcode it does not know."""
+    monkeypatch.setattr(MultiRead, "type", 99)
+    with ZooKeeperStore(zk_chroot) as store:
+        store.create("/a", b"1")
+        assert store.get_many(["/a", "/b", "/a"]) == [store.get("/a"), None, store.get("/a")]
+        assert not store._multi_read  # remembered: the next call goes straight to pipelined gets
+        assert store.get_many(["/b", "/a"]) == [None, store.get("/a")]
+
+
+def test_get_many_without_chroot(zk_admin: ZooKeeperStore, zk_chroot: str) -> None:
+    chroot = "/" + zk_chroot.split("/", 1)[1]
+    assert zk_admin.get_many(["/", chroot, chroot + "/none"]) == [
+        zk_admin.get("/"),
+        zk_admin.get(chroot),
+        None,
+    ]
