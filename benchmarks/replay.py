@@ -9,6 +9,7 @@
 
     python benchmarks/replay.py                 # 1 GiB (the figures in benchmarks/RESULTS.md)
     python benchmarks/replay.py --size-mb 64    # quick run
+    python benchmarks/replay.py --replay-only   # restart only
 """
 
 from __future__ import annotations
@@ -155,6 +156,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0, help="duration of the add run")
     parser.add_argument("--in-flight", type=int, default=512, help="adds outstanding in the add run")
     parser.add_argument("--dir", type=Path, default=None, help="work dir (default: a temp dir)")
+    parser.add_argument("--replay-only", action="store_true", help="skip the add run")
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="bkctl-replay-", dir=args.dir))
     try:
@@ -165,6 +167,8 @@ def main() -> None:
             f"start() {replay['start_s']:.2f} s = {replay['start_mb_per_s']:.0f} MB/s"
         )
         assert replay["entries"] == replay["expected_entries"], replay
+        if args.replay_only:
+            return
         adds = bench_adds(base, args.seconds, args.in_flight)
         print(
             f"adds: {adds['adds_per_s']:.0f} adds/s (1 KiB, {args.in_flight} in flight, fsync on), "

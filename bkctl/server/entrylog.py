@@ -125,6 +125,35 @@ class EntryLogWriter:
         self._sizes[ledger_id] = self._sizes.get(ledger_id, 0) + record_size
         return ef.entry_location(self.log_id, offset)
 
+    def room(self) -> int:
+        """Record bytes that still fit before rotation; a fresh log takes any record, however big."""
+        if self.position <= ef.HEADER_SIZE:
+            return 1 << 62
+        return max(0, self.log_size_limit - self.position)
+
+    def append_records(self, records: memoryview) -> None:
+        """Buffer whole entry log records (size prefix + stored entry each) with one copy per buffer.
+
+        The caller made sure they fit (`room`), knows their locations (they start at `position`) and
+        reports their bytes per ledger with `count_ledger_bytes`.
+        """
+        copied = 0
+        total = len(records)
+        while copied < total:  # each pass copies at least one byte: the buffer is emptied when full
+            if self._filled == WRITE_BUFFER_SIZE:
+                self._write_buffer(wait=False)
+            filled = self._filled
+            part = min(total - copied, WRITE_BUFFER_SIZE - filled)
+            self._buffer[filled : filled + part] = records[copied : copied + part]
+            self._filled = filled + part
+            self.position += part
+            copied += part
+
+    def count_ledger_bytes(self, sizes: dict[int, int]) -> None:
+        """Add bytes written per ledger (by `append_records`) to this log's ledgers map."""
+        for ledger_id, size in sizes.items():
+            self._sizes[ledger_id] = self._sizes.get(ledger_id, 0) + size
+
     def flush(self) -> None:
         """Write the buffer and fsync the current log (rotated logs were fsynced when rotated)."""
         self._write_buffer()

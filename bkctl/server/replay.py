@@ -1,4 +1,11 @@
-"""Journal replay on start: every record from lastMark on, through the bkctl.files journal reader.
+"""Journal replay on start: every record from lastMark on, read in big chunks into one reused buffer.
+
+Two paths share each chunk. The fast path (`take_data`, when the caller gives one) consumes runs of
+whole DATA records straight from the buffer, with no object per record: that is nearly all of a
+journal. Every other record (master key, fence, explicit LAC, padding, a DATA record the fast path
+declines, a record cut by the chunk end, anything malformed) goes through the codec's
+`journal_format.scan_records` one record at a time, so what is accepted, and where a journal stops,
+is exactly what the codec says.
 
 Replay is tolerant of a torn tail: a record cut short, or garbage after the last whole record, ends
 that journal's replay at the last whole record; the file and offset are logged (logger bkctl.bookie).
@@ -7,23 +14,33 @@ that journal's replay at the last whole record; the file and offset are logged (
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Final
 
+from bkctl import limits
 from bkctl.errors import BkctlError
-from bkctl.files.chunks import FileScan
+from bkctl.files.chunks import open_read_only
 from bkctl.files.journal import open_journal
 from bkctl.protocol import journal_format as jf
 from bkctl.protocol.journal_format import RecordKind
+from bkctl.protocol.scanning import ScanStop, StopStatus
 from bkctl.server.journal import Mark, list_journals
 
 log = logging.getLogger("bkctl.bookie")
 
 # (record kind, record body) -> None; the body is a memoryview valid during the call only.
 ApplyRecord = Callable[[RecordKind, memoryview], None]
+# (buffer, start, end) -> (where it stopped, DATA records taken): consume whole DATA records from
+# buffer[start:end] and stop before the first one it will not take; the buffer is valid during the call.
+TakeData = Callable[[bytearray, int, int], tuple[int, int]]
+
+# Bytes read at a time. Bigger than the biggest record, so a record that straddles a chunk's end is
+# always whole after one re-read from its start.
+READ_CHUNK_SIZE: Final = max(8 * 1024 * 1024, 2 * (limits.JOURNAL_RECORD_SIZE_MAX + jf.PADDING_HEADER_SIZE))
 
 
 @dataclass
@@ -43,54 +60,114 @@ class ReplayReport:
         return self.bytes / 1e6 / self.seconds if self.seconds > 0 else 0.0
 
 
-def replay(journal_dir: Path, mark: Mark, apply: ApplyRecord) -> ReplayReport:
-    """Scan the journals from `mark` (oldest first) and apply every record; returns what was done."""
+def replay(
+    journal_dir: Path, mark: Mark, apply: ApplyRecord, take_data: TakeData | None = None
+) -> ReplayReport:
+    """Scan the journals from `mark` (oldest first) and apply every record; returns what was done.
+
+    Without `take_data` every record goes to `apply`; with it, the DATA records it takes do not.
+    """
     report = ReplayReport(mark)
     started = time.perf_counter()
+    buffer = bytearray(READ_CHUNK_SIZE)
     for journal_id, path in list_journals(journal_dir):
         if journal_id < mark[0]:
             continue
         report.journals.append(path.name)
-        _replay_one(path, mark[1] if journal_id == mark[0] else 0, apply, report)
+        scan = _JournalScan(path, buffer, apply, take_data)
+        scan.run(mark[1] if journal_id == mark[0] else 0, report)
         report.end_mark = (journal_id, report.end_mark[1])
     report.seconds = time.perf_counter() - started
     return report
 
 
-def _replay_one(path: Path, offset: int, apply: ApplyRecord, report: ReplayReport) -> None:
-    try:
-        journal = open_journal(path)
-    except BkctlError as exc:
-        report.stops.append(f"{path} offset 0: {exc}")
-        log.error("journal %s: not replayed: %s", path, exc)
-        return
-    start = max(offset, journal.data_start)
-    version = journal.version
+class _JournalScan:
+    """Replays one journal file through the reused chunk buffer."""
 
-    def scan(buf: bytes, begin: int, base: int, at_eof: bool) -> Any:
-        return jf.scan_records(buf, begin, base, version, at_eof)
+    def __init__(self, path: Path, buffer: bytearray, apply: ApplyRecord, take_data: TakeData | None) -> None:
+        self.path = path
+        self.buffer = buffer
+        self.apply = apply
+        self.take_data = take_data
+        self.records = 0
+        self.entries = 0
 
-    records = FileScan(path, start, scan)
-    count = entries = 0
-    for _, kind, body in records:
-        count += 1
-        if kind is RecordKind.DATA:
-            entries += 1
-        apply(kind, body)
-    stop = records.stop
-    end = stop.position if stop is not None else start
-    report.records += count
-    report.entries += entries
-    report.bytes += max(0, end - start)
-    report.end_mark = (-1, end)
-    if stop is not None and stop.is_error:
+    def run(self, offset: int, report: ReplayReport) -> None:
+        try:
+            version = open_journal(self.path).version
+        except BkctlError as exc:
+            report.stops.append(f"{self.path} offset 0: {exc}")
+            log.error("journal %s: not replayed: %s", self.path, exc)
+            return
+        start = max(offset, jf.data_start(version))
+        fd = open_read_only(self.path)
+        try:
+            stop = self._scan_file(fd, start, version)
+        finally:
+            os.close(fd)
+        report.records += self.records
+        report.entries += self.entries
+        report.bytes += max(0, stop.position - start)
+        report.end_mark = (-1, stop.position)
+        if stop.is_error:
+            self._log_stop(stop, report)
+
+    def _scan_file(self, fd: int, start: int, version: int) -> ScanStop:
+        size = os.fstat(fd).st_size
+        base = start  # file offset of buffer[0]
+        # Every pass but the last moves `base` forward by at least one record (the chunk holds one whole).
+        for _ in range(size // jf.PADDING_HEADER_SIZE + 2):
+            end = _read_chunk(fd, self.buffer, base)
+            at_eof = base + end >= size or end < len(self.buffer)
+            stop = self._scan_chunk(base, end, version, at_eof)
+            if stop.status is not StopStatus.NEED_MORE or at_eof or stop.position == base:
+                return stop
+            base = stop.position
+        raise AssertionError("unreachable: the journal scan made no progress")
+
+    def _scan_chunk(self, base: int, end: int, version: int, at_eof: bool) -> ScanStop:
+        """Alternate the fast path and one codec-scanned record until the chunk is used up."""
+        buffer, take_data, apply = self.buffer, self.take_data, self.apply
+        view = memoryview(buffer)[:end]
+        pos = 0
+        while True:
+            if take_data is not None:
+                pos, taken = take_data(buffer, pos, end)
+                self.records += taken
+                self.entries += taken
+            try:
+                offset, kind, body = next(jf.scan_records(view, pos, base, version, at_eof))
+            except StopIteration as done:
+                stop: ScanStop = done.value
+                return stop
+            apply(kind, body)
+            self.records += 1
+            if kind is RecordKind.DATA:
+                self.entries += 1
+            # The record ends after its body; padding records have an 8-byte header, the others 4.
+            header = jf.PADDING_HEADER_SIZE if kind is RecordKind.PADDING else 4
+            pos = offset - base + header + len(body)
+
+    def _log_stop(self, stop: ScanStop, report: ReplayReport) -> None:
         what = "torn tail" if stop.truncated else "corrupt record"
-        report.stops.append(f"{path} offset {stop.position}: {stop.reason}")
+        report.stops.append(f"{self.path} offset {stop.position}: {stop.reason}")
         log.warning(
             "journal %s: replay stopped at offset %d (%s: %s); %d records before it were replayed",
-            path,
+            self.path,
             stop.position,
             what,
             stop.reason,
-            count,
+            self.records,
         )
+
+
+def _read_chunk(fd: int, buffer: bytearray, offset: int) -> int:
+    """Fill `buffer` from file `offset` (short only at the end of the file); returns the bytes read."""
+    view = memoryview(buffer)
+    filled = 0
+    while filled < len(buffer):
+        count = os.preadv(fd, [view[filled:]], offset + filled)
+        if count <= 0:
+            break
+        filled += count
+    return filled

@@ -34,6 +34,7 @@ from bkctl.server.index import IndexStore
 from bkctl.server.journal import JournalSettings, JournalWriter, Mark, list_journals, remove_old_journals
 from bkctl.server.metrics import StorageMetrics
 from bkctl.server.replay import ReplayReport, replay
+from bkctl.server.replay_runs import ReplayRuns
 from bkctl.server.write_cache import WriteCache
 
 log = logging.getLogger("bkctl.bookie")
@@ -49,7 +50,8 @@ _EIO: Final = int(ReturnCode.EIO)
 _ENOLEDGER: Final = int(ReturnCode.ENOLEDGER)
 _ENOENTRY: Final = int(ReturnCode.ENOENTRY)
 _LAST_ENTRY_ID: Final = -1
-# Replay indexes what it wrote after this many entries, bounding the slot maps it keeps.
+# Replay indexes what it wrote once it holds this many entries' slots (checked after each run of records,
+# so it may pass it by one read chunk's worth), bounding the slot maps it keeps.
 REPLAY_SLOTS_MAX: Final = 1_000_000
 
 __all__ = ["ReplayReport", "Storage", "StorageConfig"]
@@ -168,8 +170,7 @@ class Storage:
         self._stopping: Deferred[None] | None = None
         self.last_mark_written: Mark = (-1, 0)
         self._replay_skipped = 0
-        self._replay_slots: dict[int, dict[int, int]] = {}
-        self._replay_slot_count = 0
+        self._replay_runs = ReplayRuns(self._writer)
 
     # --- start: replay ----------------------------------------------------------------------------
 
@@ -183,7 +184,7 @@ class Storage:
             directory.mkdir(parents=True, exist_ok=True)
         self._writer.open_next(last_log_id(self.config.ledger_dirs))
         mark = self._read_last_mark()
-        report = replay(self._journal_dir, mark, self._replay_record)
+        report = replay(self._journal_dir, mark, self._replay_record, self._replay_take)
         report.skipped += self._replay_skipped
         self._write_replay_slots()
         journal_id = max(
@@ -218,22 +219,24 @@ class Storage:
                 marks.append((found.journal_id, found.offset))
         return max(marks)
 
+    def _replay_take(self, buffer: bytearray, pos: int, end: int) -> tuple[int, int]:
+        """The fast path: runs of DATA records of known ledgers straight to the entry log."""
+        taken = self._replay_runs.take(buffer, pos, end)
+        if self._replay_runs.count >= REPLAY_SLOTS_MAX:
+            self._write_replay_slots()
+        return taken
+
     def _replay_record(self, kind: RecordKind, body: memoryview) -> None:
+        """Every record the fast path does not take (its ledger's first DATA record, special records)."""
         if kind is RecordKind.DATA:
             ledger_id, entry_id = _KEY.unpack_from(body)
             info = self._ledgers.get(ledger_id) or self._ledger_or_none(ledger_id)
             if info is None:
                 self._replay_skipped += 1
                 return
-            if entry_id > info.last_entry_id:
-                info.last_entry_id = entry_id
             # Straight to the entry log in journal order: no copy into the write cache, no sort.
-            slots = self._replay_slots.get(ledger_id)
-            if slots is None:
-                slots = self._replay_slots[ledger_id] = {}
-            slots[entry_id] = self._writer.append(ledger_id, body)
-            self._replay_slot_count += 1
-            if self._replay_slot_count >= REPLAY_SLOTS_MAX:
+            self._replay_runs.add(ledger_id, entry_id, body)
+            if self._replay_runs.count >= REPLAY_SLOTS_MAX:
                 self._write_replay_slots()
         elif kind is RecordKind.MASTER_KEY:
             ledger_id, key = jf.decode_master_key(body)
@@ -249,12 +252,14 @@ class Storage:
 
     def _write_replay_slots(self) -> None:
         """Index the entries replayed so far (their entry log bytes are fsynced before lastMark moves)."""
+        slots = self._replay_runs.drain()
+        for ledger_id, ledger_slots in slots.items():
+            info = self._ledgers[ledger_id]
+            info.last_entry_id = max(info.last_entry_id, max(ledger_slots))
         self._writer.flush()
         headers = self._dirty_headers()
-        for ledger_id in sorted(self._replay_slots.keys() | headers.keys()):
-            self._index.write(ledger_id, headers.get(ledger_id), self._replay_slots.get(ledger_id, {}))
-        self._replay_slots = {}
-        self._replay_slot_count = 0
+        for ledger_id in sorted(slots.keys() | headers.keys()):
+            self._index.write(ledger_id, headers.get(ledger_id), slots.get(ledger_id, {}))
 
     def _replay_ledger_state(self, kind: RecordKind, body: memoryview) -> None:
         ledger_id = jf.record_key(body)[0]
