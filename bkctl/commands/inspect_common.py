@@ -6,6 +6,7 @@ import base64
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -183,3 +184,26 @@ def described_records(
         if json_output:
             record.pop("info", None)  # a note for people; JSON carries the typed fields
         yield record
+
+
+def fill_records(
+    doc: dict[str, Any],
+    scan: Iterable[tuple[int, Any, memoryview]],
+    kinds: type[Enum],
+    describe: Callable[..., dict[str, Any]],
+    wanted: Callable[[dict[str, Any]], bool],
+    options: Any,
+) -> None:
+    """Put a scan into `doc`: the fast summary alone with --summary, else the streamed records and their
+    totals. `options` carries digest, password, ledger, summary and json_output."""
+    from bkctl.files.summary import summarize
+
+    checker = DigestChecker(options.digest, options.password)
+    if options.summary:
+        doc["summary"] = lambda: summarize(scan, kinds, checker, options.ledger).as_dict()
+        return
+    totals = summary_of(kinds)
+    doc["records"] = described_records(
+        scan, partial(describe, checker=checker), wanted, options.json_output, totals
+    )
+    doc["summary"] = totals.as_dict

@@ -16,9 +16,9 @@ from bkctl.commands.inspect_common import (
     LedgerOption,
     PasswordOption,
     ShowDataOption,
-    described_records,
     digest_choice,
     entry_fields,
+    fill_records,
     render_records,
     summary_of,
 )
@@ -98,7 +98,6 @@ def entrylog_inspect(
 
 def _document(path: Path, options: Options, failures: Failures) -> dict[str, Any]:
     from bkctl.files.entrylog import entry_log_records, open_entry_log
-    from bkctl.files.summary import summarize
 
     log = open_entry_log(path)
     header = log.header
@@ -114,19 +113,7 @@ def _document(path: Path, options: Options, failures: Failures) -> dict[str, Any
     if log.header_error:
         failures.add(path, None, f"{log.header_error}; scanning records anyway")
     scan = entry_log_records(log)
-    checker = DigestChecker(options.digest, options.password)
-    if options.summary:
-        doc["summary"] = lambda: summarize(scan, RecordKind, checker, options.ledger).as_dict()
-    else:
-        totals = summary_of(RecordKind)
-        doc["records"] = described_records(
-            scan,
-            partial(describe, checker=checker, options=options),
-            _wanted(options),
-            options.json_output,
-            totals,
-        )
-        doc["summary"] = totals.as_dict
+    fill_records(doc, scan, RecordKind, partial(describe, options=options), _wanted(options), options)
     doc["stopped"] = lambda: _stopped(path, log.header_error, scan.stop, failures)
     return doc
 

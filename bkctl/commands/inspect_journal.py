@@ -16,10 +16,10 @@ from bkctl.commands.inspect_common import (
     LedgerOption,
     PasswordOption,
     ShowDataOption,
-    described_records,
     digest_choice,
     entry_fields,
     explicit_lac_value,
+    fill_records,
     render_records,
     summary_of,
 )
@@ -90,7 +90,6 @@ def journal_inspect(
 def _document(path: Path, options: Options, failures: Failures) -> dict[str, Any]:
     """The JSON object of one journal; records, summary and stop are produced lazily, in that order."""
     from bkctl.files.journal import journal_records, open_journal
-    from bkctl.files.summary import summarize
 
     doc: dict[str, Any] = {"file": str(path), "journal_id": jf.parse_journal_file_name(path.name)}
     try:
@@ -106,19 +105,7 @@ def _document(path: Path, options: Options, failures: Failures) -> dict[str, Any
         }
     doc["version"] = journal.version
     scan = journal_records(journal)
-    checker = DigestChecker(options.digest, options.password)
-    if options.summary:
-        doc["summary"] = lambda: summarize(scan, RecordKind, checker, options.ledger).as_dict()
-    else:
-        totals = summary_of(RecordKind)
-        doc["records"] = described_records(
-            scan,
-            partial(describe, checker=checker, options=options),
-            _wanted(options),
-            options.json_output,
-            totals,
-        )
-        doc["summary"] = totals.as_dict
+    fill_records(doc, scan, RecordKind, partial(describe, options=options), _wanted(options), options)
     doc["stopped"] = lambda: failures.add_stop(path, scan.stop)
     return doc
 
