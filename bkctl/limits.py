@@ -68,8 +68,8 @@ METADATA_VALUE_SIZE_MAX: Final = 1024 * 1024
 # Bookie server (bkctl.server.protocol): adds one connection may have waiting for the journal's fsync
 # before the bookie stops reading from it (backpressure); reading resumes below half of it.
 BOOKIE_PENDING_ADDS_PER_CONNECTION_MAX: Final = 10_000
-# Reply bytes queued on one connection (a client that does not read) before the bookie stops reading.
-BOOKIE_REPLY_BUFFER_MAX: Final = 4 * 1024 * 1024
+# Replies a client does not read are bounded by the transport: the bookie registers each connection as
+# a streaming producer and stops reading it while Twisted's write buffer is over its 64 KiB mark.
 
 # Ledger client (bkctl.client). Java's addEntryTimeoutSec / readEntryTimeoutSec default to 5 s.
 CLIENT_REQUEST_TIMEOUT_MS: Final = 5_000

@@ -1,0 +1,312 @@
+"""`bkctl bookie start|format|cookie`: run a bookie, wipe one, look at or fix its cookies.
+
+Twisted and the server package are imported inside the commands, so `bkctl --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from bkctl.commands.bookie import app
+from bkctl.commands.options import MetadataOption
+from bkctl.commands.output import Column, OutputFormat, OutputOption, message, resolve, write_json, write_rows
+from bkctl.errors import BkctlError, UsageError
+
+if TYPE_CHECKING:
+    from bkctl.server.config import BookieConfig
+
+cookie_app = typer.Typer(name="cookie", help="Show or update a bookie's cookies.", no_args_is_help=True)
+app.add_typer(cookie_app, name="cookie")
+
+ConfOption = Annotated[
+    Path | None, typer.Option("--conf", "-c", help="A bk_server.conf (Java properties); flags override it.")
+]
+PortOption = Annotated[int | None, typer.Option("--port", "-p", help="bookiePort (0: any free port).")]
+JournalDirOption = Annotated[
+    list[Path] | None, typer.Option("--journal-dir", "-j", help="journalDirectories (repeat for more).")
+]
+LedgerDirOption = Annotated[
+    list[Path] | None, typer.Option("--ledger-dir", "-l", help="ledgerDirectories (repeat for more).")
+]
+IndexDirOption = Annotated[
+    list[Path] | None, typer.Option("--index-dir", "-i", help="indexDirectories (default: the ledger dirs).")
+]
+BookieIdOption = Annotated[
+    str | None,
+    typer.Option("--bookie-id", help="bookieId (default <advertised address or 127.0.0.1>:<port>)."),
+]
+AdvertisedOption = Annotated[str | None, typer.Option("--advertised-address", help="advertisedAddress.")]
+
+
+def register(root: typer.Typer) -> None:
+    """The commands are added to the `bookie` group (bkctl.commands.bookie) at import."""
+
+
+def _config(
+    conf: Path | None,
+    port: int | None = None,
+    journal_dirs: list[Path] | None = None,
+    ledger_dirs: list[Path] | None = None,
+    index_dirs: list[Path] | None = None,
+    bookie_id: str | None = None,
+    advertised_address: str | None = None,
+    **keys: str | None,
+) -> BookieConfig:
+    from bkctl.server.config import load_config, read_properties_file
+
+    properties = read_properties_file(conf) if conf is not None else {}
+    flags: dict[str, str | None] = {
+        "bookiePort": None if port is None else str(port),
+        "journalDirectories": _join(journal_dirs),
+        "ledgerDirectories": _join(ledger_dirs),
+        "indexDirectories": _join(index_dirs),
+        "bookieId": bookie_id,
+        "advertisedAddress": advertised_address,
+        **keys,
+    }
+    return load_config(properties, {k: v for k, v in flags.items() if v is not None})
+
+
+def _join(paths: list[Path] | None) -> str | None:
+    if not paths:
+        return None
+    if any("," in str(p) for p in paths):
+        raise UsageError(f"a directory name contains ',': {[str(p) for p in paths]}")
+    return ",".join(str(p) for p in paths)
+
+
+def _metadata_uri(option: str | None, config: BookieConfig) -> str:
+    from bkctl.metadata.store import resolve_metadata_uri
+
+    return option or config.metadata_uri or resolve_metadata_uri(None)
+
+
+# --- start --------------------------------------------------------------------------------------------
+
+
+@app.command("start")
+def start(
+    conf: ConfOption = None,
+    port: PortOption = None,
+    journal_dir: JournalDirOption = None,
+    ledger_dir: LedgerDirOption = None,
+    index_dir: IndexDirOption = None,
+    metadata: MetadataOption = None,
+    bookie_id: BookieIdOption = None,
+    advertised_address: AdvertisedOption = None,
+    http_port: Annotated[
+        int | None, typer.Option("--http-port", help="Serve /heartbeat, /api/v1/bookie/info, /metrics here.")
+    ] = None,
+    readonly: Annotated[
+        bool, typer.Option("--readonly", "-r", help="Start read-only (forceReadOnlyBookie).")
+    ] = False,
+    bind: Annotated[str | None, typer.Option("--bind", help="bindAddress to listen on.")] = None,
+    port_file: Annotated[
+        Path | None, typer.Option("--port-file", help="Write the bound port here once serving (for scripts).")
+    ] = None,
+) -> None:
+    """Run a bookie in the foreground until SIGTERM or Ctrl-C (then flush, checkpoint, unregister)."""
+    config = _config(
+        conf,
+        port,
+        journal_dir,
+        ledger_dir,
+        index_dir,
+        bookie_id,
+        advertised_address,
+        httpServerEnabled=None if http_port is None else "true",
+        httpServerPort=None if http_port is None else str(http_port),
+        forceReadOnlyBookie="true" if readonly else None,
+        bindAddress=bind,
+    )
+    uri = _metadata_uri(metadata, config)
+    bookie_log = logging.getLogger("bkctl.bookie")
+    if bookie_log.getEffectiveLevel() > logging.INFO:
+        bookie_log.setLevel(logging.INFO)  # a server logs what it does; -v adds debug
+    _run(config, uri, port_file)
+
+
+def _run(config: BookieConfig, uri: str, port_file: Path | None) -> None:
+    import gc
+
+    from twisted.internet import reactor as the_reactor
+
+    from bkctl.server.service import BookieService
+
+    reactor: Any = the_reactor
+
+    service = BookieService(config, uri, reactor)
+    failure: list[BaseException] = []
+
+    def serving(_: object) -> None:
+        # The heap built so far (config, metadata, caches) lives as long as the bookie: keep the GC
+        # from walking it on every collection, and collect young objects less often (p99 latency).
+        gc.collect()
+        gc.freeze()
+        gc.set_threshold(50_000, 50, 100)
+        if port_file is not None:
+            port_file.write_text(f"{service.port}\n")
+        http = (
+            "" if service.http_port is None else f" (admin http on {config.listen_host}:{service.http_port})"
+        )
+        message(f"bookie {service.bookie_id} serving on {config.listen_host}:{service.port}{http}")
+
+    def failed(reason: Any) -> None:
+        failure.append(reason.value)
+        reactor.stop()
+
+    def begin() -> None:
+        service.start().addCallbacks(serving, failed)
+
+    reactor.callWhenRunning(begin)
+    reactor.addSystemEventTrigger("before", "shutdown", service.stop)
+    reactor.run()
+    if failure:
+        error = failure[0]
+        if isinstance(error, BkctlError | KeyboardInterrupt):
+            raise error
+        raise BkctlError(f"bookie failed to start: {type(error).__name__}: {error}") from error
+
+
+# --- format -------------------------------------------------------------------------------------------
+
+
+@app.command("format")
+def format_(
+    conf: ConfOption = None,
+    journal_dir: JournalDirOption = None,
+    ledger_dir: LedgerDirOption = None,
+    index_dir: IndexDirOption = None,
+    metadata: MetadataOption = None,
+    bookie_id: BookieIdOption = None,
+    port: PortOption = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Wipe the bookie's journal, ledger and index directories and delete its cookie (its data is gone:
+    the cluster must re-replicate its ledgers)."""
+    from bkctl.commands.options import open_layout
+    from bkctl.server import cookies
+
+    config = _config(conf, port, journal_dir, ledger_dir, index_dir, bookie_id)
+    the_id = _bookie_id(config)
+    dirs = ", ".join(str(d) for d in cookies.all_dirs(config))
+    if not yes and not typer.confirm(f"Wipe {dirs} and the cookie of bookie {the_id}?", err=True):
+        raise typer.Abort()
+    with open_layout(_metadata_uri(metadata, config)) as layout:
+        removed = cookies.format_bookie(config, layout, the_id)
+    for what in removed:
+        message(f"removed {what}")
+    message(f"bookie {the_id} formatted")
+
+
+def _bookie_id(config: BookieConfig) -> str:
+    """The id the cookies were written for (a bookie started on port 0 named its real port), else
+    the configured one."""
+    from bkctl.server import cookies
+
+    if config.bookie_id:
+        return config.bookie_id
+    for directory in cookies.all_dirs(config):
+        found = cookies.read_local_cookie(directory).cookie
+        if found is not None and found.bookie_id:
+            return found.bookie_id
+    if config.port == 0:
+        raise UsageError("no cookie names this bookie and the port is 0: give --bookie-id or --port")
+    return config.resolved_bookie_id()
+
+
+# --- cookie show / update -----------------------------------------------------------------------------
+
+COOKIE_COLUMNS = (
+    Column("location", "LOCATION"),
+    Column("bookie_id", "BOOKIE"),
+    Column("instance_id", "INSTANCE"),
+    Column("journal_dirs", "JOURNAL DIRS"),
+    Column("ledger_dirs", "LEDGER DIRS"),
+    Column("index_dirs", "INDEX DIRS"),
+    Column("layout_version", "LAYOUT", numeric=True),
+    Column("problem", "PROBLEM"),
+)
+
+
+@cookie_app.command("show")
+def cookie_show(
+    conf: ConfOption = None,
+    journal_dir: JournalDirOption = None,
+    ledger_dir: LedgerDirOption = None,
+    index_dir: IndexDirOption = None,
+    metadata: MetadataOption = None,
+    bookie_id: BookieIdOption = None,
+    port: PortOption = None,
+    output: OutputOption = None,
+) -> None:
+    """Every cookie of the bookie: each directory's current/VERSION and the metadata store's."""
+    from bkctl.commands.options import open_layout
+    from bkctl.server import cookies
+
+    fmt = resolve(output)
+    config = _config(conf, port, journal_dir, ledger_dir, index_dir, bookie_id)
+    the_id = _bookie_id(config)
+    found = [cookies.read_local_cookie(d) for d in cookies.all_dirs(config)]
+    with open_layout(_metadata_uri(metadata, config)) as layout:
+        found.append(cookies.read_metadata_cookie(layout, the_id))
+    rows = [_cookie_row(s) for s in found]
+    if fmt is OutputFormat.json:
+        write_json(rows)
+    else:
+        write_rows(rows, COOKIE_COLUMNS, fmt)
+
+
+def _cookie_row(stored: Any) -> dict[str, Any]:
+    cookie = stored.cookie
+    if cookie is None:
+        problem = stored.problem or "no cookie"
+        return {"location": stored.location, "problem": problem} | dict.fromkeys(
+            ("bookie_id", "instance_id", "journal_dirs", "ledger_dirs", "index_dirs", "layout_version")
+        )
+    return {
+        "location": stored.location,
+        "bookie_id": cookie.bookie_id,
+        "instance_id": cookie.instance_id,
+        "journal_dirs": list(cookie.journal_dirs),
+        "ledger_dirs": list(cookie.ledger_dirs),
+        "index_dirs": None if cookie.index_dirs is None else list(cookie.index_dirs),
+        "layout_version": cookie.layout_version,
+        "problem": None,
+    }
+
+
+@cookie_app.command("update")
+def cookie_update(
+    conf: ConfOption = None,
+    journal_dir: JournalDirOption = None,
+    ledger_dir: LedgerDirOption = None,
+    index_dir: IndexDirOption = None,
+    metadata: MetadataOption = None,
+    bookie_id: BookieIdOption = None,
+    port: PortOption = None,
+    advertised_address: AdvertisedOption = None,
+) -> None:
+    """Rewrite the cookies to this configuration (BookKeeper's updatecookie): for a disk that moved,
+    or a new bookie id. The bookie must be stopped; a new bookie id gets the old one's cookie."""
+    from bkctl.commands.options import open_layout
+    from bkctl.server import cookies
+
+    config = _config(conf, port, journal_dir, ledger_dir, index_dir, bookie_id, advertised_address)
+    if not config.bookie_id and config.port == 0:
+        raise UsageError("cookie update needs the bookie's id: give --bookie-id or --port")
+    the_id = config.resolved_bookie_id()
+    with open_layout(_metadata_uri(metadata, config)) as layout:
+        if the_id in layout.bookies() or the_id in layout.bookies(readonly=True):
+            from bkctl.errors import ConflictError
+
+            raise ConflictError(
+                f"bookie {the_id} is registered (running?): stop it before updating its cookies"
+            )
+        _, written = cookies.update_cookies(config, layout, the_id)
+    for what in written:
+        message(f"wrote {what}")

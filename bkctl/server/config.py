@@ -1,0 +1,351 @@
+"""A bookie's configuration: BookKeeper's bk_server.conf keys, overridden by command-line flags.
+
+Pure: `parse_properties` reads Java properties text, `load_config` turns key/value pairs into a
+validated `BookieConfig`. Keys bkctl does not know are ignored with a debug log, so an operator can
+point `--conf` at the file a Java bookie used. Every bad value raises UsageError naming the key.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any, Final
+
+from bkctl import limits
+from bkctl.errors import UsageError
+from bkctl.model import BookieId
+
+log = logging.getLogger("bkctl.bookie")
+
+MIB: Final = 1024 * 1024
+DEFAULT_PORT: Final = 3181
+DEFAULT_HOST: Final = "127.0.0.1"
+CONFIG_FILE_SIZE_MAX: Final = 4 * MIB
+_ESCAPES: Final = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+@dataclass(frozen=True)
+class BookieConfig:
+    """Every setting of one bookie, in bkctl's units (ms, bytes); see docs/bookie.md for the keys."""
+
+    port: int = DEFAULT_PORT
+    bind_address: str | None = None  # None: 127.0.0.1, or all interfaces when an address is advertised
+    advertised_address: str | None = None
+    bookie_id: str | None = None
+    metadata_uri: str | None = None  # None: --metadata / $BKCTL_METADATA / the embedded SQLite store
+    http_port: int | None = None  # None: no admin HTTP endpoint
+    journal_dirs: tuple[Path, ...] = (Path("/tmp/bk-txn"),)
+    ledger_dirs: tuple[Path, ...] = (Path("/tmp/bk-data"),)
+    index_dirs: tuple[Path, ...] | None = None  # None: the ledger directories
+    journal_max_group_wait_ms: float = 2.0
+    journal_buffered_writes_threshold: int = 512 * 1024
+    journal_buffered_entries_threshold: int = 0
+    journal_flush_when_queue_empty: bool = False
+    journal_prealloc_size: int = 16 * MIB
+    journal_max_size: int = 2048 * MIB
+    journal_alignment: int = 512
+    journal_max_backups: int = 5
+    journal_sync_data: bool = True
+    log_size_limit: int = 1024 * MIB
+    flush_interval_ms: int = 10_000
+    ledger_cache_pages_max: int = -1  # -1: the storage engine's default
+    write_cache_max_bytes: int = -1  # -1: the storage engine's default
+    read_only: bool = False  # start (and stay) read-only
+    read_only_mode_enabled: bool = True  # go read-only when the disks fill up (else stop the bookie)
+    disk_usage_threshold: float = 0.95
+    disk_usage_lwm_threshold: float = 0.90
+    disk_check_interval_ms: int = 10_000
+    frame_size_max: int = limits.FRAME_SIZE_MAX
+    pending_adds_per_connection_max: int = limits.BOOKIE_PENDING_ADDS_PER_CONNECTION_MAX
+
+    @property
+    def effective_index_dirs(self) -> tuple[Path, ...]:
+        return self.index_dirs or self.ledger_dirs
+
+    @property
+    def listen_host(self) -> str:
+        if self.bind_address:
+            return self.bind_address
+        return "0.0.0.0" if self.advertised_address else DEFAULT_HOST
+
+    def resolved_bookie_id(self, port: int | None = None) -> str:
+        """--bookie-id, else `<advertised address or 127.0.0.1>:<port>` (the port actually bound if given)."""
+        if self.bookie_id:
+            return self.bookie_id
+        return f"{self.advertised_address or DEFAULT_HOST}:{self.port if port is None else port}"
+
+
+# --- Java properties --------------------------------------------------------------------------------
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Java `.properties` text -> {key: value}: `key=value`, `key: value` or `key value`, `#`/`!`
+    comments, backslash line continuations and escapes (`\\t`, `\\uXXXX`, `\\=`). Later keys win."""
+    result: dict[str, str] = {}
+    for line in _logical_lines(text):
+        key, value = _split_entry(line)
+        result[key] = value
+    return result
+
+
+def _logical_lines(text: str) -> Iterator[str]:
+    pending = ""
+    for raw in text.splitlines():
+        line = raw.lstrip(" \t\f")
+        if not pending and (not line or line[0] in "#!"):
+            continue
+        # An odd number of trailing backslashes continues the line (an even number is escaped ones).
+        trailing = len(line) - len(line.rstrip("\\"))
+        if trailing % 2:
+            pending += line[:-1]
+            continue
+        yield pending + line
+        pending = ""
+    if pending:
+        yield pending
+
+
+def _split_entry(line: str) -> tuple[str, str]:
+    index = 0
+    while index < len(line) and line[index] not in "=: \t\f":
+        index += 2 if line[index] == "\\" else 1
+    key, rest = line[:index], line[index:].lstrip(" \t\f")
+    if rest[:1] in ("=", ":"):
+        rest = rest[1:].lstrip(" \t\f")
+    return _unescape(key), _unescape(rest)
+
+
+def _unescape(text: str) -> str:
+    if "\\" not in text:
+        return text
+    out: list[str] = []
+    index = 0
+    while index < len(text):
+        char = text[index]
+        if char != "\\" or index + 1 == len(text):
+            out.append(char)
+            index += 1
+            continue
+        code = text[index + 1]
+        if code == "u" and _is_hex(text[index + 2 : index + 6]):
+            out.append(chr(int(text[index + 2 : index + 6], 16)))
+            index += 6
+            continue
+        out.append(_ESCAPES.get(code, code))
+        index += 2
+    return "".join(out)
+
+
+def _is_hex(text: str) -> bool:
+    return len(text) == 4 and all(c in "0123456789abcdefABCDEF" for c in text)
+
+
+def read_properties_file(path: Path) -> dict[str, str]:
+    """Read a bk_server.conf; UsageError if it is missing, unreadable or implausibly large."""
+    try:
+        if path.stat().st_size > CONFIG_FILE_SIZE_MAX:
+            raise UsageError(f"config file {path} is larger than {CONFIG_FILE_SIZE_MAX} bytes")
+        return parse_properties(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"cannot read config file {path}: {exc}") from None
+
+
+# --- values -----------------------------------------------------------------------------------------
+
+
+def _int(key: str, value: str, low: int, high: int) -> int:
+    try:
+        number = int(value.strip())
+    except ValueError:
+        raise UsageError(f"config key {key}: {value!r} is not an integer") from None
+    if not low <= number <= high:
+        raise UsageError(f"config key {key}: {number} is not in {low}..{high}")
+    return number
+
+
+def _float(key: str, value: str, low: float, high: float) -> float:
+    try:
+        number = float(value.strip())
+    except ValueError:
+        raise UsageError(f"config key {key}: {value!r} is not a number") from None
+    if not low <= number <= high:
+        raise UsageError(f"config key {key}: {number} is not in {low}..{high}")
+    return number
+
+
+def _bool(key: str, value: str) -> bool:
+    text = value.strip().lower()
+    if text in ("true", "yes", "on", "1"):
+        return True
+    if text in ("false", "no", "off", "0"):
+        return False
+    raise UsageError(f"config key {key}: {value!r} is not true or false")
+
+
+def _dirs(key: str, value: str) -> tuple[Path, ...]:
+    """A comma-separated directory list (BookKeeper's list syntax); at least one, no duplicates."""
+    parts = [p.strip() for p in value.split(",")]
+    if not all(parts):
+        raise UsageError(f"config key {key}: empty directory in {value!r}")
+    paths = tuple(Path(p).expanduser() for p in parts)
+    if len(set(paths)) != len(paths):
+        raise UsageError(f"config key {key}: a directory is listed twice in {value!r}")
+    return paths
+
+
+def _text(key: str, value: str) -> str:
+    text = value.strip()
+    if not text:
+        raise UsageError(f"config key {key}: empty value")
+    return text
+
+
+def _port(key: str, value: str) -> int:
+    return _int(key, value, 0, 65535)
+
+
+def _mib(key: str, value: str) -> int:
+    return _int(key, value, 1, 1 << 20) * MIB
+
+
+Setter = Callable[[str, str], dict[str, Any]]
+
+
+def _field(name: str, convert: Callable[[str, str], Any]) -> Setter:
+    return lambda key, value: {name: convert(key, value)}
+
+
+def _bookie_id(key: str, value: str) -> str:
+    text = _text(key, value)
+    try:
+        BookieId.parse(text)
+    except UsageError as exc:
+        raise UsageError(f"config key {key}: {exc}") from None
+    return text
+
+
+def _frame_size(key: str, value: str) -> int:
+    size = _int(key, value, 1024, 1 << 30)
+    if size > limits.FRAME_SIZE_MAX:
+        # Java's default is 5 MiB + 10 KiB; a conf copied from a Java bookie must still start.
+        log.info("config key %s: %d lowered to bkctl's frame limit %d", key, size, limits.FRAME_SIZE_MAX)
+    return min(size, limits.FRAME_SIZE_MAX)
+
+
+def _zk_servers(key: str, value: str) -> dict[str, Any]:
+    hosts = ",".join(h.strip() for h in value.split(",") if h.strip())
+    if not hosts:
+        raise UsageError(f"config key {key}: empty value")
+    return {"_zk_servers": hosts}
+
+
+def _http_enabled(key: str, value: str) -> dict[str, Any]:
+    return {"_http_enabled": _bool(key, value)}
+
+
+# bk_server.conf key -> what it sets. Keys are case-sensitive, as in BookKeeper.
+KEYS: Final[Mapping[str, Setter]] = {
+    "bookiePort": _field("port", _port),
+    "bindAddress": _field("bind_address", _text),
+    "advertisedAddress": _field("advertised_address", _text),
+    "bookieId": _field("bookie_id", _bookie_id),
+    "metadataServiceUri": _field("metadata_uri", _text),
+    "zkServers": _zk_servers,
+    "zkLedgersRootPath": lambda key, value: {"_zk_root": _text(key, value)},
+    "httpServerEnabled": _http_enabled,
+    "httpServerPort": _field("http_port", _port),
+    "journalDirectories": _field("journal_dirs", _dirs),
+    "journalDirectory": _field("journal_dirs", _dirs),
+    "ledgerDirectories": _field("ledger_dirs", _dirs),
+    "indexDirectories": _field("index_dirs", _dirs),
+    "journalMaxGroupWaitMSec": _field("journal_max_group_wait_ms", lambda k, v: _float(k, v, 0, 60_000)),
+    "journalBufferedWritesThreshold": _field(
+        "journal_buffered_writes_threshold", lambda k, v: _int(k, v, 0, 1 << 30)
+    ),
+    "journalBufferedEntriesThreshold": _field(
+        "journal_buffered_entries_threshold", lambda k, v: _int(k, v, 0, 1 << 30)
+    ),
+    "journalFlushWhenQueueEmpty": _field("journal_flush_when_queue_empty", _bool),
+    "journalPreAllocSizeMB": _field("journal_prealloc_size", _mib),
+    "journalMaxSizeMB": _field("journal_max_size", _mib),
+    "journalAlignmentSize": _field("journal_alignment", lambda k, v: _alignment(k, v)),
+    "journalMaxBackups": _field("journal_max_backups", lambda k, v: _int(k, v, 0, 1_000_000)),
+    "journalSyncData": _field("journal_sync_data", _bool),
+    "logSizeLimit": _field("log_size_limit", lambda k, v: _int(k, v, 1024 * 1024, (1 << 31) - 1)),
+    "flushInterval": _field("flush_interval_ms", lambda k, v: _int(k, v, 1, 86_400_000)),
+    "pageLimit": _field("ledger_cache_pages_max", lambda k, v: _int(k, v, -1, 1 << 30)),
+    "skipListSizeLimit": _field("write_cache_max_bytes", lambda k, v: _int(k, v, 1024 * 1024, 1 << 40)),
+    "forceReadOnlyBookie": _field("read_only", _bool),
+    "readOnlyModeEnabled": _field("read_only_mode_enabled", _bool),
+    "diskUsageThreshold": _field("disk_usage_threshold", lambda k, v: _float(k, v, 0.0, 1.0)),
+    "diskUsageLwmThreshold": _field("disk_usage_lwm_threshold", lambda k, v: _float(k, v, 0.0, 1.0)),
+    "diskCheckInterval": _field("disk_check_interval_ms", lambda k, v: _int(k, v, 10, 86_400_000)),
+    "nettyMaxFrameSizeBytes": _field("frame_size_max", _frame_size),
+    "maxPendingAddsPerConnection": _field(
+        "pending_adds_per_connection_max", lambda k, v: _int(k, v, 1, 1_000_000)
+    ),
+}
+
+
+def _alignment(key: str, value: str) -> int:
+    size = _int(key, value, 512, 1 << 20)
+    if size & (size - 1):
+        raise UsageError(f"config key {key}: {size} is not a power of two")
+    return size
+
+
+def load_config(
+    properties: Mapping[str, str] | None = None, overrides: Mapping[str, str] | None = None
+) -> BookieConfig:
+    """A validated config from bk_server.conf pairs, then `overrides` (same keys, from the flags)."""
+    values: dict[str, Any] = {}
+    for source in (properties or {}, overrides or {}):
+        for key, value in source.items():
+            setter = KEYS.get(key)
+            if setter is None:
+                log.debug("config key %s is not used by bkctl; ignored", key)
+                continue
+            values.update(setter(key, value))
+    return _finish(values)
+
+
+def _finish(values: dict[str, Any]) -> BookieConfig:
+    zk_servers = values.pop("_zk_servers", None)
+    zk_root = values.pop("_zk_root", "/ledgers")
+    http_enabled = values.pop("_http_enabled", None)
+    if values.get("metadata_uri") is None and zk_servers:
+        # Older confs name ZooKeeper with zkServers + zkLedgersRootPath instead of metadataServiceUri.
+        values["metadata_uri"] = f"zk://{zk_servers}/{zk_root.strip('/')}"
+    if http_enabled is False:
+        values["http_port"] = None
+    elif http_enabled and "http_port" not in values:
+        values["http_port"] = 8080  # BookKeeper's httpServerPort default
+    if "disk_usage_lwm_threshold" not in values and "disk_usage_threshold" in values:
+        values["disk_usage_lwm_threshold"] = min(
+            BookieConfig.disk_usage_lwm_threshold, values["disk_usage_threshold"]
+        )
+    config = BookieConfig(**{f.name: values[f.name] for f in fields(BookieConfig) if f.name in values})
+    return _validate(config)
+
+
+def _validate(config: BookieConfig) -> BookieConfig:
+    if config.disk_usage_lwm_threshold > config.disk_usage_threshold:
+        raise UsageError(
+            f"config key diskUsageLwmThreshold: {config.disk_usage_lwm_threshold} is above "
+            f"diskUsageThreshold {config.disk_usage_threshold}"
+        )
+    all_dirs = [*config.journal_dirs, *config.ledger_dirs]
+    if len(set(all_dirs)) != len(all_dirs):
+        raise UsageError("config keys journalDirectories and ledgerDirectories share a directory")
+    if config.journal_prealloc_size % config.journal_alignment:
+        raise UsageError("config key journalPreAllocSizeMB: not a multiple of journalAlignmentSize")
+    if config.bookie_id is None and config.advertised_address is not None:
+        BookieId.parse(config.resolved_bookie_id())
+    return config
+
+
+def with_port(config: BookieConfig, port: int) -> BookieConfig:
+    """The config with the port actually bound (after listening on port 0)."""
+    return replace(config, port=port)

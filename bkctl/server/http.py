@@ -1,0 +1,159 @@
+"""The bookie's admin HTTP endpoint (twisted.web): /heartbeat, /api/v1/bookie/info, /metrics.
+
+/metrics is Prometheus text format 0.0.4. Everything is read from plain counters on the reactor
+thread (StorageMetrics, NetworkMetrics), so a scrape costs the bookie a few microseconds.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+from twisted.web.resource import Resource
+
+from bkctl.protocol.wire import rc_name
+from bkctl.server.metrics import FSYNC_BUCKETS_MS
+from bkctl.server.protocol import NetworkMetrics
+from bkctl.server.storage import Storage
+
+PROMETHEUS_CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
+
+
+class BookieView(Protocol):
+    """What the endpoint reads of a BookieService."""
+
+    bookie_id: str
+    state: str
+    storage: Storage | None
+
+    def info(self) -> dict[str, Any]: ...
+
+    @property
+    def network_metrics(self) -> NetworkMetrics: ...
+
+
+class _Leaf(Resource):
+    isLeaf = True
+
+    def __init__(self, bookie: BookieView) -> None:
+        Resource.__init__(self)  # type: ignore[no-untyped-call]
+        self.bookie = bookie
+
+
+class Heartbeat(_Leaf):
+    def render_GET(self, request: Any) -> bytes:
+        request.setHeader(b"content-type", b"text/plain; charset=utf-8")
+        return b"OK\n"
+
+
+class Info(_Leaf):
+    def render_GET(self, request: Any) -> bytes:
+        request.setHeader(b"content-type", b"application/json")
+        return json.dumps(self.bookie.info(), indent=2, sort_keys=True).encode() + b"\n"
+
+
+class Metrics(_Leaf):
+    def render_GET(self, request: Any) -> bytes:
+        request.setHeader(b"content-type", PROMETHEUS_CONTENT_TYPE)
+        return "".join(prometheus_lines(self.bookie)).encode()
+
+
+def admin_resource(bookie: BookieView) -> Any:
+    """The resource tree; typed Any because twisted.web's zope interfaces do not type-check."""
+    new_resource: Any = Resource
+    root, api, v1, bookie_node = new_resource(), new_resource(), new_resource(), new_resource()
+    root.putChild(b"heartbeat", Heartbeat(bookie))
+    root.putChild(b"metrics", Metrics(bookie))
+    root.putChild(b"api", api)
+    api.putChild(b"v1", v1)
+    v1.putChild(b"bookie", bookie_node)
+    bookie_node.putChild(b"info", Info(bookie))
+    return root
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _metric(name: str, kind: str, help_text: str, value: float, labels: str = "") -> Iterator[str]:
+    yield f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n{name}{labels} {_number(value)}\n"
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def prometheus_lines(bookie: BookieView) -> Iterator[str]:
+    """Every metric of the bookie, in Prometheus text format."""
+    net = bookie.network_metrics
+    read_only = 1 if bookie.state == "read-only" else 0
+    yield from _metric("bookie_info", "gauge", "Bookie identity.", 1, f'{{id="{_label(bookie.bookie_id)}"}}')
+    yield from _metric("bookie_read_only", "gauge", "1 when the bookie refuses adds.", read_only)
+    yield from _metric("bookie_connections", "gauge", "Open client connections.", net.connections_open)
+    yield from _metric(
+        "bookie_connections_total", "counter", "Client connections accepted.", net.connections_total
+    )
+    yield from _metric(
+        "bookie_frames_rejected_total",
+        "counter",
+        "Connections closed for an unframeable input.",
+        net.frames_rejected,
+    )
+    yield from _metric("bookie_bad_requests_total", "counter", "Requests answered EBADREQ.", net.bad_requests)
+    yield from _metric(
+        "bookie_read_pauses_total",
+        "counter",
+        "Times a connection stopped being read (backpressure).",
+        net.read_pauses,
+    )
+    storage = bookie.storage
+    if storage is not None:
+        yield from _storage_lines(storage)
+
+
+def _storage_lines(storage: Storage) -> Iterator[str]:
+    m = storage.metrics
+    yield from _metric("bookie_adds_total", "counter", "Adds accepted into the journal.", m.adds)
+    yield from _metric("bookie_reads_total", "counter", "Read requests.", m.reads)
+    yield from _metric("bookie_fences_total", "counter", "Fencing requests.", m.fences)
+    yield from _metric(
+        "bookie_bytes_written_total", "counter", "Entry bytes of accepted adds.", m.bytes_written
+    )
+    yield from _metric("bookie_journal_fsyncs_total", "counter", "Journal fdatasyncs.", m.fsyncs)
+    yield from _metric(
+        "bookie_journal_synced_entries_total",
+        "counter",
+        "Entries made durable (divide by fsyncs).",
+        m.entries_per_fsync,
+    )
+    yield from _metric(
+        "bookie_journal_queue_depth", "gauge", "Entries written, waiting for fsync.", m.journal_queue_depth
+    )
+    yield from _metric("bookie_checkpoints_total", "counter", "Checkpoints completed.", m.checkpoints)
+    yield from _metric(
+        "bookie_ledgers", "gauge", "Ledgers known to the bookie.", _int_info(storage, "ledgers")
+    )
+    yield "# HELP bookie_errors_total Requests answered with an error, by return code.\n"
+    yield "# TYPE bookie_errors_total counter\n"
+    for rc, count in sorted(m.errors_by_rc.items()):
+        yield f'bookie_errors_total{{rc="{rc_name(rc)}"}} {count}\n'
+    yield from _fsync_histogram(m.fsync_latency_buckets, m.fsync_latency_sum_ms)
+
+
+def _int_info(storage: Storage, key: str) -> int:
+    value = storage.info().get(key, 0)
+    return value if isinstance(value, int) else 0
+
+
+def _fsync_histogram(buckets: list[int], sum_ms: float) -> Iterator[str]:
+    name = "bookie_journal_fsync_latency_seconds"
+    yield f"# HELP {name} Journal fdatasync latency.\n# TYPE {name} histogram\n"
+    cumulative = 0
+    for bound_ms, count in zip(FSYNC_BUCKETS_MS, buckets, strict=False):
+        cumulative += count
+        yield f'{name}_bucket{{le="{bound_ms / 1000:g}"}} {cumulative}\n'
+    cumulative += buckets[-1]
+    yield f'{name}_bucket{{le="+Inf"}} {cumulative}\n'
+    yield f"{name}_sum {sum_ms / 1000:.6f}\n"
+    yield f"{name}_count {cumulative}\n"

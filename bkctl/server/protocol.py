@@ -1,0 +1,385 @@
+"""The bookie's v2 wire protocol on Twisted: a thin adapter from bkctl.protocol.wire to Storage.
+
+Hot path (see docs/bookie.md, "Running a bookie"): `dataReceived` decodes every complete frame of the
+chunk; an add goes to `Storage.add` with a token `(protocol, framed EOK reply)`, no Deferred. When the
+journal's fsync covers a batch, `deliver_durable` (Storage's `on_durable`) groups the batch's replies
+by connection and makes ONE `writeSequence` per connection. Replies that need no fsync (reads, errors)
+are collected during one `dataReceived` and written once at its end.
+
+Bounds: a frame larger than `frame_size_max` (or a malformed length) closes the connection, since the
+stream cannot be resynchronised; a well-framed but malformed request gets EBADREQ. A connection with
+too many adds waiting for the fsync, or whose replies are not being read (the transport asks its
+registered producer to pause), stops being read until it drains: backpressure, not unbounded buffers.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+from twisted.internet import protocol
+from twisted.internet.interfaces import IPushProducer
+from twisted.python.failure import Failure
+from zope.interface import implementer
+
+from bkctl import limits
+from bkctl.errors import ProtocolError
+from bkctl.protocol import wire
+
+log = logging.getLogger("bkctl.bookie")
+
+_EOK: Final = int(wire.ReturnCode.EOK)
+_EBADREQ: Final = int(wire.ReturnCode.EBADREQ)
+_EUA: Final = int(wire.ReturnCode.EUA)
+_ADD_RESPONSE_PREFIX: Final = wire.frame_prefix(wire.RESPONSE_FIXED_SIZE)
+
+# The add fast path (most frames a bookie sees): one unpack of header, master key and the entry's ids,
+# the layout wire.decode_request reads for a version 2 ADD_ENTRY (tests/server_net checks they agree).
+_ADD_FIXED: Final = struct.Struct(f">I{limits.MASTER_KEY_SIZE}sqq")
+_ADD_ENTRY_OFFSET: Final = wire.HEADER_SIZE + limits.MASTER_KEY_SIZE
+_ADD_V2_HEADER_HIGH: Final = wire.pack_header(wire.PROTOCOL_VERSION, wire.OpCode.ADD_ENTRY, 0) >> 16
+# A framed add reply in one pack: length prefix, header, rc, ledger id, entry id.
+_FRAMED_ADD_RESPONSE: Final = struct.Struct(">iIiqq")
+_ADD_V2_RESPONSE_HEADER: Final = wire.pack_header(wire.PROTOCOL_VERSION, wire.OpCode.ADD_ENTRY, 0)
+
+
+class StorageApi(Protocol):
+    """What the protocol needs of bkctl.server.storage.Storage (a Protocol, so tests can use a fake)."""
+
+    def add(
+        self, ledger_id: int, entry_id: int, master_key: bytes, entry: bytes, recovery: bool, token: object
+    ) -> int: ...
+
+    def fence(self, ledger_id: int, master_key: bytes, token: object) -> int: ...
+
+    def read(self, ledger_id: int, entry_id: int) -> tuple[int, bytes]: ...
+
+
+@dataclass
+class NetworkMetrics:
+    """Counters of the network side, for /metrics (reactor thread only, no lock)."""
+
+    connections_open: int = 0
+    connections_total: int = 0
+    connections_refused: int = 0  # accepted before the bookie was ready, closed at once
+    frames_rejected: int = 0  # malformed length or oversized: connection closed
+    bad_requests: int = 0  # answered with EBADREQ
+    read_pauses: int = 0  # times a connection stopped being read (backpressure)
+
+
+class _FencingRead:
+    """Token of a fencing read: answered with the read once the fence record is durable."""
+
+    __slots__ = ("request",)
+
+    def __init__(self, request: wire.ReadRequest) -> None:
+        self.request = request
+
+
+def deliver_durable(tokens: list[object]) -> None:
+    """Storage's `on_durable`: one write per connection per fsync batch, replies in journal order."""
+    by_connection: dict[BookieProtocol, list[bytes]] = {}
+    for token in tokens:
+        connection: BookieProtocol
+        reply: bytes | _FencingRead
+        connection, reply = token  # type: ignore[misc]
+        replies = by_connection.get(connection)
+        if replies is None:
+            replies = by_connection[connection] = []
+        if isinstance(reply, _FencingRead):
+            replies.append(connection.fencing_read_reply(reply.request))
+        else:
+            replies.append(reply)
+    for connection, replies in by_connection.items():
+        connection.durable(replies)
+
+
+def framed(payload: bytes) -> bytes:
+    return wire.frame_prefix(len(payload)) + payload
+
+
+@implementer(IPushProducer)
+class BookieProtocol(protocol.Protocol):
+    """One client connection. Requests are pipelined; replies go out as soon as each is known."""
+
+    def __init__(self, factory: BookieFactory) -> None:
+        self.factory = factory
+        self.storage = factory.storage
+        self._decoder = wire.FrameDecoder(factory.frame_size_max)
+        self._pending_max = factory.pending_adds_max
+        self._resume_at = factory.pending_adds_max // 2
+        self.pending = 0  # adds and fences waiting for the journal's fsync
+        self._out: list[bytes] = []
+        self._writes_paused = False  # the transport's write buffer is full
+        self._reading_paused = False
+        self.peer = "?"
+        self._transport: Any = None  # the ITransport, untyped: zope interfaces and mypy do not mix
+
+    # --- connection life ------------------------------------------------------------------------
+
+    def connectionMade(self) -> None:
+        self._transport = self.transport
+        peer = self._transport.getPeer()
+        self.peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
+        # As a streaming producer the transport tells us when its write buffer is full.
+        self._transport.registerProducer(self, True)
+        self.factory.connection_made(self)
+
+    def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:
+        self.connected = False
+        self.factory.connection_lost(self)
+        # Replies of adds still in the journal are dropped in `durable` (self.connected is 0 now).
+
+    # --- IPushProducer: the transport's write buffer -------------------------------------------
+
+    def pauseProducing(self) -> None:
+        self._writes_paused = True
+        self._update_reading()
+
+    def resumeProducing(self) -> None:
+        self._writes_paused = False
+        self._update_reading()
+
+    def stopProducing(self) -> None:
+        self._writes_paused = True
+
+    def _update_reading(self) -> None:
+        if not self.connected:
+            return
+        transport = self._transport
+        if not self._reading_paused:
+            if self._writes_paused or self.pending >= self._pending_max:
+                self._reading_paused = True
+                self.factory.metrics.read_pauses += 1
+                transport.pauseProducing()
+        elif not self._writes_paused and self.pending <= self._resume_at:
+            self._reading_paused = False
+            transport.resumeProducing()
+
+    @property
+    def reading_paused(self) -> bool:
+        return self._reading_paused
+
+    # --- requests -------------------------------------------------------------------------------
+
+    def dataReceived(self, data: bytes) -> None:
+        decoder = self._decoder
+        problem = None
+        try:
+            decoder.feed(data)
+            while True:
+                frames = decoder.frames()
+                if not frames:
+                    break
+                for payload in frames:
+                    self._handle(payload)
+        except ProtocolError as exc:
+            problem = str(exc)
+        if self._out:
+            out, self._out = self._out, []
+            self._transport.writeSequence(out)
+        if problem is not None:
+            self._reject(problem)
+        elif self.pending >= self._pending_max:
+            self._update_reading()
+
+    def _handle(self, payload: bytes) -> None:
+        if len(payload) >= _ADD_FIXED.size:
+            header, master_key, ledger_id, entry_id = _ADD_FIXED.unpack_from(payload)
+            if header >> 16 == _ADD_V2_HEADER_HIGH:
+                self._add_v2(header & 0xFFFF, master_key, ledger_id, entry_id, payload[_ADD_ENTRY_OFFSET:])
+                return
+        try:
+            request = wire.decode_request(payload)
+        except ProtocolError as exc:
+            self._bad_request(payload, exc)
+            return
+        kind = type(request)
+        if kind is wire.AddRequest:
+            self._add(request)  # type: ignore[arg-type]
+        elif kind is wire.ReadRequest:
+            self._read(request)  # type: ignore[arg-type]
+        elif kind is wire.BatchReadRequest:
+            self._batch_read(request)  # type: ignore[arg-type]
+        elif kind is wire.AuthRequest:
+            # No authentication: answer like a Java bookie with the AuthDisabled plugin.
+            self._out.append(framed(wire.encode_auth_response(version=request.version)))
+        else:
+            self.factory.metrics.bad_requests += 1
+            self._out.append(framed(wire.encode_error_response(request, _EBADREQ)))
+
+    def _add_v2(self, flags: int, master_key: bytes, ledger_id: int, entry_id: int, entry: bytes) -> None:
+        """A version 2 add: what `_add` does, without building the request and reply tuples."""
+        recovery = bool(flags & wire.FLAG_RECOVERY_ADD)
+        pack = _FRAMED_ADD_RESPONSE.pack
+        size = wire.RESPONSE_FIXED_SIZE
+        reply = pack(size, _ADD_V2_RESPONSE_HEADER, _EOK, ledger_id, entry_id)
+        rc = self.storage.add(ledger_id, entry_id, master_key, entry, recovery, (self, reply))
+        if rc == _EOK:
+            self.pending += 1
+        else:
+            self._out.append(pack(size, _ADD_V2_RESPONSE_HEADER, rc, ledger_id, entry_id))
+
+    def _add(self, request: wire.AddRequest) -> None:
+        ledger_id, entry_id = request.ledger_id, request.entry_id
+        recovery = bool(request.flags & wire.FLAG_RECOVERY_ADD)
+        reply = _ADD_RESPONSE_PREFIX + wire.encode_add_response(_EOK, ledger_id, entry_id, request.version)
+        rc = self.storage.add(ledger_id, entry_id, request.master_key, request.entry, recovery, (self, reply))
+        if rc == _EOK:
+            self.pending += 1
+        else:
+            self._out.append(
+                _ADD_RESPONSE_PREFIX + wire.encode_add_response(rc, ledger_id, entry_id, request.version)
+            )
+
+    def _read(self, request: wire.ReadRequest) -> None:
+        if request.flags & wire.FLAG_DO_FENCING:
+            self._fence(request)
+            return
+        rc, entry = self.storage.read(request.ledger_id, request.entry_id)
+        self._out.append(self._read_reply(request, rc, entry))
+
+    def _fence(self, request: wire.ReadRequest) -> None:
+        if request.master_key is None:
+            # Fencing without a key (a version 0/1 client) cannot prove it may fence: EUA, like Java.
+            self._out.append(self._read_reply(request, _EUA, b""))
+            return
+        rc = self.storage.fence(request.ledger_id, request.master_key, (self, _FencingRead(request)))
+        if rc == _EOK:
+            self.pending += 1
+        else:
+            self._out.append(self._read_reply(request, rc, b""))
+
+    def fencing_read_reply(self, request: wire.ReadRequest) -> bytes:
+        """The answer to a fencing read, made once the fence is durable: the entry it asked for."""
+        rc, entry = self.storage.read(request.ledger_id, request.entry_id)
+        return self._read_reply(request, rc, entry)
+
+    @staticmethod
+    def _read_reply(request: wire.ReadRequest, rc: int, entry: bytes) -> bytes:
+        payload = wire.encode_read_response(
+            rc, request.ledger_id, request.entry_id, entry if rc == _EOK else b"", request.version
+        )
+        return framed(payload)
+
+    def _batch_read(self, request: wire.BatchReadRequest) -> None:
+        if request.flags & wire.FLAG_DO_FENCING or request.max_count <= 0 or request.entry_id < 0:
+            # Fencing batch reads are not something a Java client sends; refuse rather than guess.
+            self.factory.metrics.bad_requests += 1
+            self._out.append(framed(wire.encode_error_response(request, _EBADREQ)))
+            return
+        entries, rc = self._read_range(request)
+        payload = wire.encode_batch_read_response(
+            rc, request.ledger_id, request.entry_id, request.request_id, entries, request.version
+        )
+        self._out.append(framed(payload))
+
+    def _read_range(self, request: wire.BatchReadRequest) -> tuple[list[bytes], int]:
+        """Entries from `entry_id` on, within max_count, max_size and the frame limit; the first
+        entry's error is the answer's rc, a later one just ends the batch."""
+        size_max = min(
+            request.max_size if request.max_size > 0 else limits.FRAME_SIZE_MAX, limits.FRAME_SIZE_MAX
+        )
+        size = wire.RESPONSE_FIXED_SIZE + 12
+        entries: list[bytes] = []
+        for entry_id in range(request.entry_id, request.entry_id + min(request.max_count, 10_000)):
+            rc, entry = self.storage.read(request.ledger_id, entry_id)
+            if rc != _EOK:
+                return entries, rc if not entries else _EOK
+            if size + 4 + len(entry) > size_max and entries:
+                break
+            if size + 4 + len(entry) > limits.FRAME_SIZE_MAX - 4:
+                break
+            entries.append(entry)
+            size += 4 + len(entry)
+        return entries, _EOK
+
+    # --- bad input ------------------------------------------------------------------------------
+
+    def _bad_request(self, payload: bytes, exc: ProtocolError) -> None:
+        """A well-framed request that does not decode: EBADREQ if its header says what it was."""
+        try:
+            version, opcode, flags = wire.unpack_header(payload)
+        except ProtocolError:
+            raise ProtocolError(f"undecodable frame header: {exc}") from None
+        log.info("bookie: bad request from %s: %s", self.peer, exc)
+        self.factory.metrics.bad_requests += 1
+        self._out.append(framed(wire.encode_error_response(_placeholder(version, opcode, flags), _EBADREQ)))
+
+    def _reject(self, reason: str) -> None:
+        log.warning("bookie: closing connection from %s: %s", self.peer, reason)
+        self.factory.metrics.frames_rejected += 1
+        # Stop reading at once (nothing more from this stream can be trusted), then close after the
+        # replies already queued.
+        if not self._reading_paused:
+            self._reading_paused = True
+            self._transport.pauseProducing()
+        self._transport.loseConnection()
+
+    # --- durable replies ------------------------------------------------------------------------
+
+    def durable(self, replies: list[bytes]) -> None:
+        """The journal made `replies`' requests durable: send them in one write."""
+        self.pending -= len(replies)
+        if not self.connected:
+            return
+        self._transport.writeSequence(replies)
+        if self._reading_paused:
+            self._update_reading()
+
+
+def _placeholder(version: int, opcode: int, flags: int) -> wire.Request:
+    """A request of the undecodable frame's opcode with unknown (-1) ids: its EBADREQ answer then
+    has the shape a client expects for that opcode."""
+    unknown = wire.UNKNOWN_ID
+    if opcode == wire.OpCode.ADD_ENTRY:
+        return wire.AddRequest(version, flags, b"", unknown, unknown, b"")
+    if opcode == wire.OpCode.READ_ENTRY:
+        return wire.ReadRequest(version, flags, unknown, unknown, None)
+    if opcode == wire.OpCode.BATCH_READ_ENTRY:
+        return wire.BatchReadRequest(version, flags, unknown, unknown, unknown, 0, 0, None)
+    if opcode == wire.OpCode.AUTH:
+        return wire.AuthRequest(version, flags, "", b"")
+    return wire.UnknownRequest(version, opcode, flags, b"")
+
+
+class BookieFactory(protocol.Factory):
+    """Makes a BookieProtocol per connection once `ready` (storage replayed); refuses before."""
+
+    def __init__(
+        self,
+        storage: StorageApi,
+        frame_size_max: int = limits.FRAME_SIZE_MAX,
+        pending_adds_max: int = limits.BOOKIE_PENDING_ADDS_PER_CONNECTION_MAX,
+    ) -> None:
+        self.storage = storage
+        self.frame_size_max = frame_size_max
+        self.pending_adds_max = pending_adds_max
+        self.metrics = NetworkMetrics()
+        self.connections: set[BookieProtocol] = set()
+        self.ready = True
+
+    def buildProtocol(self, addr: object) -> BookieProtocol | None:
+        if not self.ready:
+            self.metrics.connections_refused += 1
+            return None
+        return BookieProtocol(self)
+
+    def connection_made(self, connection: BookieProtocol) -> None:
+        self.connections.add(connection)
+        self.metrics.connections_open += 1
+        self.metrics.connections_total += 1
+
+    def connection_lost(self, connection: BookieProtocol) -> None:
+        if connection in self.connections:
+            self.connections.discard(connection)
+            self.metrics.connections_open -= 1
+
+    def close_all(self) -> None:
+        """Drop every client connection (the bookie is stopping)."""
+        for connection in list(self.connections):
+            transport: Any = connection.transport
+            if transport is not None:
+                transport.loseConnection()

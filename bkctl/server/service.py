@@ -1,0 +1,339 @@
+"""One bookie's life: metadata store, cookie check, storage replay, listen, register, serve, stop.
+
+Start order (each step can refuse, and then nothing after it runs): open the metadata store; bind the
+port (connections are refused until the storage is ready; binding first lets port 0 pick the port the
+bookie id names); check the cookies (first start writes them); replay the journal (`Storage.start`);
+accept connections; register under `available/` (or `available/readonly/`); admin HTTP. `stop` undoes
+it in reverse, unregistering first so clients stop choosing this bookie before it goes away.
+
+Metadata calls block, so they run in the reactor's thread pool; session-lost callbacks arrive on a
+store thread and are handed back to the reactor with `callFromThread`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from twisted.internet import defer, task, threads
+from twisted.internet.defer import Deferred
+
+from bkctl.errors import BkctlError, ConflictError, UnavailableError
+from bkctl.metadata.layout import Layout
+from bkctl.metadata.store import MetadataStore, open_store, parse_metadata_uri
+from bkctl.protocol import metadata_format as mf
+from bkctl.server import cookies
+from bkctl.server.config import BookieConfig
+from bkctl.server.protocol import BookieFactory, NetworkMetrics, deliver_durable
+from bkctl.server.storage import ReplayReport, Storage, StorageConfig
+
+log = logging.getLogger("bkctl.bookie")
+
+# How often a failed registration (e.g. the previous incarnation's session still holds the node) is
+# retried, and for how long before the bookie gives up.
+REGISTER_RETRY_S = 0.5
+REGISTER_ATTEMPTS_MAX = 120
+
+
+def storage_config(config: BookieConfig) -> StorageConfig:
+    extra: dict[str, Any] = {}
+    if config.ledger_cache_pages_max > 0:
+        extra["ledger_cache_pages_max"] = config.ledger_cache_pages_max
+    if config.write_cache_max_bytes > 0:
+        extra["write_cache_max_bytes"] = config.write_cache_max_bytes
+    return StorageConfig(
+        journal_dirs=config.journal_dirs,
+        ledger_dirs=config.ledger_dirs,
+        index_dirs=config.index_dirs or (),
+        journal_max_group_wait_ms=config.journal_max_group_wait_ms,
+        journal_buffered_writes_threshold=config.journal_buffered_writes_threshold,
+        journal_buffered_entries_threshold=config.journal_buffered_entries_threshold,
+        journal_flush_when_queue_empty=config.journal_flush_when_queue_empty,
+        journal_prealloc_size=config.journal_prealloc_size,
+        journal_max_size=config.journal_max_size,
+        journal_alignment=config.journal_alignment,
+        journal_max_backups=config.journal_max_backups,
+        journal_sync_data=config.journal_sync_data,
+        log_size_limit=config.log_size_limit,
+        flush_interval_ms=config.flush_interval_ms,
+        disk_usage_threshold=config.disk_usage_threshold,
+        disk_usage_lwm_threshold=config.disk_usage_lwm_threshold,
+        read_only=config.read_only,
+        **extra,
+    )
+
+
+class BookieService:
+    """A bookie on the reactor. `start()` fires with the service once it serves; `stop()` is idempotent."""
+
+    def __init__(
+        self,
+        config: BookieConfig,
+        metadata_uri: str,
+        reactor: Any = None,
+        store_opener: Callable[[str], MetadataStore] = open_store,
+    ) -> None:
+        if reactor is None:
+            from twisted.internet import reactor as default_reactor
+
+            reactor = default_reactor
+        self.config = config
+        self.metadata_uri = metadata_uri
+        self._reactor = reactor
+        self._store_opener = store_opener
+        self._storage_config = storage_config(config)  # validate before anything starts
+        self.storage: Storage | None = None
+        self.factory = BookieFactory(
+            _NotReady(), config.frame_size_max, config.pending_adds_per_connection_max
+        )
+        self.factory.ready = False
+        self.store: MetadataStore | None = None
+        self.layout: Layout | None = None
+        self.bookie_id = ""
+        self.port = 0
+        self.http_port: int | None = None
+        self.state = "starting"
+        self.replay: ReplayReport | None = None
+        self.registered_read_only: bool | None = None
+        self._listener: Any = None
+        self._http_listener: Any = None
+        self._watcher: task.LoopingCall | None = None
+        self._session_sub: Any = None
+        self._stopping: Deferred[None] | None = None
+
+    # --- start ----------------------------------------------------------------------------------
+
+    @defer.inlineCallbacks
+    def start(self) -> Any:
+        try:
+            yield self._start()
+        except BaseException:
+            yield self._cleanup_failed_start()
+            raise
+        return self
+
+    @defer.inlineCallbacks
+    def _start(self) -> Any:
+        location = parse_metadata_uri(self.metadata_uri)
+        self.store = yield self._in_thread(self._store_opener, self.metadata_uri)
+        self.layout = Layout(self.store, location.root)
+        self._listener = self._reactor.listenTCP(
+            self.config.port, self.factory, interface=self.config.listen_host
+        )
+        self.port = self._listener.getHost().port
+        self.bookie_id = self.config.resolved_bookie_id(self.port)
+        yield self._in_thread(cookies.check_cookies, self.config, self.layout, self.bookie_id)
+        self.storage = Storage(self._storage_config, deliver_durable, self._reactor)
+        self.replay = self.storage.start()
+        self.factory.storage = self.storage
+        self.factory.ready = True
+        self.state = "read-only" if self.storage.read_only else "read-write"
+        if self.config.http_port is not None:
+            self._start_http()  # before registering: the service info names its port
+        yield self._register_at_start()
+        self._session_sub = self.store.on_session_lost(self._session_lost_from_thread)
+        self._watcher = task.LoopingCall(self._check_read_only)
+        self._watcher.clock = self._reactor
+        self._watcher.start(self.config.disk_check_interval_ms / 1000.0, now=False).addErrback(
+            lambda f: log.error("read-only watcher failed: %s", f.getErrorMessage())
+        )
+
+    def _start_http(self) -> None:
+        from twisted.web.server import Site
+
+        from bkctl.server.http import admin_resource
+
+        assert self.config.http_port is not None
+        site_class: Any = Site
+        site = site_class(admin_resource(self))
+        site.noisy = False
+        self._http_listener = self._reactor.listenTCP(
+            self.config.http_port, site, interface=self.config.listen_host
+        )
+        self.http_port = self._http_listener.getHost().port
+
+    def _in_thread(self, function: Callable[..., Any], *args: Any) -> Deferred[Any]:
+        return threads.deferToThreadPool(self._reactor, self._reactor.getThreadPool(), function, *args)
+
+    # --- registration ---------------------------------------------------------------------------
+
+    def service_info(self) -> mf.BookieServiceInfo:
+        host = self.bookie_id.rpartition(":")[0] or self.config.listen_host
+        endpoints = [mf.BookieEndpoint("bookie", self.port, host, "bookie-rpc")]
+        if self.http_port is not None:
+            endpoints.append(mf.BookieEndpoint("http-server", self.http_port, host, "http"))
+        return mf.BookieServiceInfo(tuple(endpoints))
+
+    def _register_once(self) -> Deferred[Any]:
+        assert self.layout is not None and self.storage is not None
+        read_only = self.storage.read_only
+        registered = self._in_thread(self._register_blocking, read_only)
+
+        def done(_: object) -> None:
+            self.registered_read_only = read_only
+            log.info("bookie %s registered %s", self.bookie_id, "read-only" if read_only else "read-write")
+
+        return registered.addCallback(done)
+
+    def _register_blocking(self, read_only: bool) -> None:
+        assert self.layout is not None
+        self.layout.register_bookie(self.bookie_id, self.service_info(), readonly=read_only)
+
+    @defer.inlineCallbacks
+    def _register_at_start(self) -> Any:
+        """One attempt; if a previous incarnation's session still holds the node (kill -9), keep
+        serving and retry in the background until that session expires."""
+        try:
+            yield self._register_once()
+        except ConflictError as exc:
+            log.warning("bookie %s: %s; retrying until that session expires", self.bookie_id, exc)
+            self._register().addErrback(self._log_failure, "registration")
+
+    @defer.inlineCallbacks
+    def _register(self) -> Any:
+        """Register (rw or ro) with an ephemeral node, retrying while another session holds it."""
+        for _ in range(REGISTER_ATTEMPTS_MAX):
+            if self._stopping is not None:
+                return None
+            try:
+                yield self._register_once()
+            except ConflictError:
+                yield task.deferLater(self._reactor, REGISTER_RETRY_S, lambda: None)
+                continue
+            return None
+        raise UnavailableError(f"bookie {self.bookie_id}: could not register in the metadata store")
+
+    @staticmethod
+    def _log_failure(failure: Any, what: str) -> None:
+        log.error("bookie: %s failed: %s", what, failure.getErrorMessage())
+
+    def _session_lost_from_thread(self) -> None:
+        self._reactor.callFromThread(self._session_lost)
+
+    def _session_lost(self) -> None:
+        if self._stopping is not None:
+            return
+        log.warning("bookie %s: metadata session lost; registering again", self.bookie_id)
+        self._register().addErrback(self._log_failure, "re-registration")
+
+    def _check_read_only(self) -> Deferred[Any] | None:
+        """Follow the storage's read-only state (disk full, journal failure, set_read_only)."""
+        storage = self.storage
+        if storage is None or self._stopping is not None:
+            return None
+        read_only = storage.read_only
+        self.state = "read-only" if read_only else "read-write"
+        if read_only == self.registered_read_only:
+            return None
+        if read_only and not self.config.read_only_mode_enabled and not self.config.read_only:
+            log.error(
+                "bookie %s: storage turned read-only and readOnlyModeEnabled=false: stopping", self.bookie_id
+            )
+            self._reactor.callLater(0, self._reactor.stop)
+            return None
+        return self._register().addErrback(self._log_failure, "registration")
+
+    def set_read_only(self, read_only: bool) -> Deferred[Any] | None:
+        """Turn the bookie read-only (or back) now, and move its registration."""
+        assert self.storage is not None
+        self.storage.set_read_only(read_only)
+        return self._check_read_only()
+
+    # --- stop -----------------------------------------------------------------------------------
+
+    def stop(self) -> Deferred[None]:
+        if self._stopping is None:
+            self._stopping = defer.ensureDeferred(self._stop())
+        return self._stopping
+
+    async def _stop(self) -> None:
+        self.state = "stopping"
+        if self._watcher is not None and self._watcher.running:
+            self._watcher.stop()
+        if self._session_sub is not None:
+            self._session_sub.cancel()
+        await self._quietly("unregister", self._unregister())
+        self.factory.ready = False
+        for listener in (self._listener, self._http_listener):
+            if listener is not None:
+                await self._quietly("stop listening", listener.stopListening())
+        self.factory.close_all()
+        if self.storage is not None:
+            await self._quietly("storage stop", self.storage.stop())
+        if self.store is not None:
+            await self._quietly("metadata close", self._in_thread(self.store.close))
+        self.state = "stopped"
+        log.info("bookie %s stopped", self.bookie_id or "(not started)")
+
+    def _unregister(self) -> Deferred[Any] | None:
+        if self.layout is None or self.registered_read_only is None or not self.bookie_id:
+            return None
+        return self._in_thread(self.layout.unregister_bookie, self.bookie_id)
+
+    async def _quietly(self, what: str, result: Any) -> None:
+        try:
+            if isinstance(result, Deferred):
+                await result
+        except BkctlError as exc:
+            log.error("bookie stop: %s failed: %s", what, exc)
+        except Exception:
+            log.exception("bookie stop: %s failed", what)
+
+    @defer.inlineCallbacks
+    def _cleanup_failed_start(self) -> Any:
+        try:
+            yield self.stop()
+        except Exception:
+            log.exception("cleanup after a failed start")
+
+    # --- info -----------------------------------------------------------------------------------
+
+    @property
+    def network_metrics(self) -> NetworkMetrics:
+        return self.factory.metrics
+
+    def info(self) -> dict[str, Any]:
+        storage: dict[str, Any] = self.storage.info() if self.storage is not None else {}
+        return {
+            "id": self.bookie_id,
+            "state": self.state,
+            "port": self.port,
+            "http_port": self.http_port,
+            "metadata": self.metadata_uri,
+            "registered_read_only": self.registered_read_only,
+            "disk_usage": disk_usage(self.config),
+            "connections": self.factory.metrics.connections_open,
+            **storage,
+        }
+
+
+def disk_usage(config: BookieConfig) -> dict[str, dict[str, float]]:
+    """Per directory: total and free bytes and the used fraction (what the threshold compares)."""
+    import shutil
+
+    usage = {}
+    for directory in cookies.all_dirs(config):
+        try:
+            du = shutil.disk_usage(directory)
+        except OSError:
+            continue
+        usage[str(directory)] = {
+            "total_bytes": du.total,
+            "free_bytes": du.free,
+            "used_fraction": round(du.used / du.total, 4) if du.total else 0.0,
+        }
+    return usage
+
+
+class _NotReady:
+    """The factory's storage before replay finished; never called (the factory refuses connections)."""
+
+    def add(self, *args: object) -> int:
+        raise AssertionError("bookie not ready")
+
+    def fence(self, *args: object) -> int:
+        raise AssertionError("bookie not ready")
+
+    def read(self, *args: object) -> tuple[int, bytes]:
+        raise AssertionError("bookie not ready")

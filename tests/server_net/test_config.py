@@ -1,0 +1,149 @@
+"""bk_server.conf parsing and validation (pure)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bkctl import limits
+from bkctl.errors import UsageError
+from bkctl.server.config import (
+    BookieConfig,
+    load_config,
+    parse_properties,
+    read_properties_file,
+)
+
+SAMPLE = r"""
+# A Java bookie's conf, trimmed.
+bookiePort=3181
+! bang comment
+journalDirectories=/var/lib/bk/journal1,/var/lib/bk/journal2
+ledgerDirectories = /var/lib/bk/ledgers
+metadataServiceUri: zk+hierarchical://zk1:2181;zk2:2181/ledgers
+journalMaxGroupWaitMSec 1
+journalFlushWhenQueueEmpty=true
+logSizeLimit=1073741824
+flushInterval=60000
+readOnlyModeEnabled=true
+diskUsageThreshold=0.9
+nettyMaxFrameSizeBytes=5253120
+advertisedAddress=bk1.example.com
+someJavaOnlyKey=org.apache.Foo
+"""
+
+
+def test_parse_properties_forms() -> None:
+    text = "a=1\n  b : 2\nc 3\n# d=4\n!e=5\nf=x\\\n   y\ng=tab\\there\nh\\=k=v\ni=\\u0041\nempty=\n"
+    assert parse_properties(text) == {
+        "a": "1",
+        "b": "2",
+        "c": "3",
+        "f": "xy",
+        "g": "tab\there",
+        "h=k": "v",
+        "i": "A",
+        "empty": "",
+    }
+
+
+def test_parse_properties_later_key_wins_and_even_backslashes() -> None:
+    assert parse_properties("a=1\na=2\nb=c:\\\\\nd=e") == {"a": "2", "b": "c:\\", "d": "e"}
+
+
+@given(st.text(max_size=200))
+def test_parse_properties_never_fails(text: str) -> None:
+    assert isinstance(parse_properties(text), dict)
+
+
+def test_sample_conf(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.DEBUG, logger="bkctl.bookie"):
+        config = load_config(parse_properties(SAMPLE))
+    assert config.port == 3181
+    assert config.journal_dirs == (Path("/var/lib/bk/journal1"), Path("/var/lib/bk/journal2"))
+    assert config.ledger_dirs == (Path("/var/lib/bk/ledgers"),)
+    assert config.effective_index_dirs == config.ledger_dirs
+    assert config.metadata_uri == "zk+hierarchical://zk1:2181;zk2:2181/ledgers"
+    assert config.journal_max_group_wait_ms == 1.0
+    assert config.journal_flush_when_queue_empty is True
+    assert config.flush_interval_ms == 60_000
+    assert config.disk_usage_threshold == 0.9
+    assert config.disk_usage_lwm_threshold == 0.9  # clamped to the threshold when not given
+    assert config.frame_size_max == limits.FRAME_SIZE_MAX  # Java's 5 MiB + 10 KiB, lowered to our bound
+    assert config.resolved_bookie_id() == "bk1.example.com:3181"
+    assert config.listen_host == "0.0.0.0"
+    assert "someJavaOnlyKey" in caplog.text
+
+
+def test_defaults() -> None:
+    config = load_config()
+    assert config == BookieConfig()
+    assert config.resolved_bookie_id() == "127.0.0.1:3181"
+    assert config.resolved_bookie_id(port=4000) == "127.0.0.1:4000"
+    assert config.listen_host == "127.0.0.1"
+    assert config.http_port is None
+
+
+def test_overrides_win() -> None:
+    config = load_config(
+        {"bookiePort": "3181", "ledgerDirectories": "/a", "bookieId": "x:1"},
+        {"bookiePort": "0", "ledgerDirectories": "/b,/c", "indexDirectories": "/i"},
+    )
+    assert (config.port, config.ledger_dirs, config.index_dirs) == (
+        0,
+        (Path("/b"), Path("/c")),
+        (Path("/i"),),
+    )
+    assert config.resolved_bookie_id() == "x:1"
+
+
+def test_zk_servers_and_http() -> None:
+    config = load_config(
+        {"zkServers": "z1:2181, z2:2181", "zkLedgersRootPath": "/bk", "httpServerEnabled": "true"}
+    )
+    assert config.metadata_uri == "zk://z1:2181,z2:2181/bk"
+    assert config.http_port == 8080
+    assert load_config({"httpServerEnabled": "false", "httpServerPort": "9"}).http_port is None
+    assert (
+        load_config({"metadataServiceUri": "sqlite:///m.db", "zkServers": "z:1"}).metadata_uri
+        == "sqlite:///m.db"
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("bookiePort", "70000"),
+        ("bookiePort", "x"),
+        ("journalDirectories", "/a,,/b"),
+        ("ledgerDirectories", "/a,/a"),
+        ("journalFlushWhenQueueEmpty", "maybe"),
+        ("diskUsageThreshold", "1.5"),
+        ("journalAlignmentSize", "1000"),
+        ("nettyMaxFrameSizeBytes", "100"),
+        ("bookieId", "no-port"),
+        ("advertisedAddress", "  "),
+    ],
+)
+def test_bad_values_name_the_key(key: str, value: str) -> None:
+    with pytest.raises(UsageError, match=key):
+        load_config({key: value})
+
+
+def test_cross_checks() -> None:
+    with pytest.raises(UsageError, match="diskUsageLwmThreshold"):
+        load_config({"diskUsageThreshold": "0.8", "diskUsageLwmThreshold": "0.85"})
+    with pytest.raises(UsageError, match="share a directory"):
+        load_config({"journalDirectories": "/x", "ledgerDirectories": "/x"})
+
+
+def test_read_properties_file(tmp_path: Path) -> None:
+    conf = tmp_path / "bk_server.conf"
+    conf.write_text(SAMPLE)
+    assert read_properties_file(conf)["bookiePort"] == "3181"
+    with pytest.raises(UsageError, match="cannot read"):
+        read_properties_file(tmp_path / "missing.conf")
