@@ -1,0 +1,408 @@
+"""One pipelined v2 connection per bookie: request timeouts, ordered completion, bounded reconnect backoff.
+
+v2 frames carry no transaction id, so a reply is matched to its request by (opcode, ledger id, entry id).
+A bookie answers requests with the same key in the order it got them on one connection, so each key has
+a FIFO of waiting requests. A request that times out stays in its FIFO as a tombstone: its late reply is
+then swallowed instead of being taken for the reply to a newer request with the same key.
+
+Hot path: no Deferred per request (a plain `callback(rc, body)`), one timer per connection (requests
+share one timeout, so deadlines are in send order and the timer only ever watches the oldest), and the
+frames of one reactor tick go out in a single `writeSequence`.
+
+Client-side failures use negative codes beside the bookie's return codes: `RC_TIMEOUT` (no reply in
+time) and `RC_UNAVAILABLE` (cannot connect, connection lost, in reconnect backoff, closed).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from twisted.internet import defer, protocol
+from twisted.internet.defer import Deferred
+from twisted.python.failure import Failure
+
+from bkctl import limits
+from bkctl.errors import ProtocolError, TimeoutError_, UnavailableError
+from bkctl.model import BookieId
+from bkctl.protocol import wire
+
+log = logging.getLogger(__name__)
+
+RC_TIMEOUT = -1001
+RC_UNAVAILABLE = -1002
+
+Callback = Callable[[int, bytes], None]
+Key = tuple[int, int, int]
+
+_ADD = int(wire.OpCode.ADD_ENTRY)
+_READ = int(wire.OpCode.READ_ENTRY)
+_ADD_RESPONSE = wire.AddResponse
+_READ_RESPONSE = wire.ReadResponse
+
+
+def rc_text(rc: int) -> str:
+    if rc == RC_TIMEOUT:
+        return "timed out"
+    if rc == RC_UNAVAILABLE:
+        return "unavailable"
+    return wire.rc_name(rc)
+
+
+def error_for(rc: int, what: str) -> Exception:
+    """The bkctl error for a failed request (bookie code or client-side code)."""
+    if rc == RC_TIMEOUT:
+        return TimeoutError_(f"{what}: no answer within the request timeout")
+    if rc == RC_UNAVAILABLE:
+        return UnavailableError(f"{what}: bookie unavailable")
+    return wire.error_for_rc(rc, what)
+
+
+class _Request:
+    __slots__ = ("callback", "deadline", "key")
+
+    def __init__(self, key: Key, callback: Callback | None, deadline: float) -> None:
+        self.key = key
+        self.callback = callback  # None once answered or timed out
+        self.deadline = deadline
+
+
+class _Connection(protocol.Protocol):
+    def __init__(self, client: BookieClient) -> None:
+        self.client = client
+
+    @property
+    def socket(self) -> Any:
+        """The transport, untyped: ITransport lacks writeSequence/abortConnection in its stubs."""
+        return self.transport
+
+    def connectionMade(self) -> None:
+        self.client._connected(self)
+
+    def dataReceived(self, data: bytes) -> None:
+        self.client._data_received(self, data)
+
+    def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:
+        self.client._connection_lost(self, reason)
+
+
+class _Factory(protocol.ClientFactory):
+    def __init__(self, client: BookieClient) -> None:
+        self.client = client
+
+    def buildProtocol(self, addr: object) -> _Connection:
+        return _Connection(self.client)
+
+    def clientConnectionFailed(self, connector: object, reason: Failure) -> None:
+        self.client._connect_failed(reason)
+
+
+class BookieClient:
+    """The client side of one bookie. Connects on the first request; see the module docstring."""
+
+    def __init__(
+        self,
+        bookie_id: str,
+        reactor: Any,
+        *,
+        request_timeout_ms: int = limits.CLIENT_REQUEST_TIMEOUT_MS,
+        connect_timeout_ms: int = limits.CLIENT_CONNECT_TIMEOUT_MS,
+        backoff_min_ms: int = limits.CLIENT_RECONNECT_BACKOFF_MS_MIN,
+        backoff_max_ms: int = limits.CLIENT_RECONNECT_BACKOFF_MS_MAX,
+        requests_max: int = limits.CLIENT_REQUESTS_PER_BOOKIE_MAX,
+        address: tuple[str, int] | None = None,
+    ) -> None:
+        self.bookie_id = bookie_id
+        self._reactor = reactor
+        self._timeout_s = request_timeout_ms / 1000.0
+        self._connect_timeout_s = connect_timeout_ms / 1000.0
+        self._backoff_min_s = backoff_min_ms / 1000.0
+        self._backoff_max_s = backoff_max_ms / 1000.0
+        self._requests_max = requests_max
+        # Where to connect: the id itself (host:port), unless told otherwise (a bookie whose id is not
+        # its listening address, as BookieServiceInfo endpoints allow).
+        self._address: tuple[str, int] | None = address or _address(bookie_id)
+        self._connection: _Connection | None = None
+        self._connecting = False
+        self._closed = False
+        self._backoff_s = 0.0
+        self._retry_at = 0.0  # no connection attempt before this reactor time
+        # Key -> its request, or a deque of them when several share the key (rare).
+        self._waiting: dict[Key, _Request | deque[_Request]] = {}
+        self._timeline: deque[_Request] = deque()  # in send order = deadline order
+        self._in_flight = 0
+        self._timer: Any = None
+        self._out: list[bytes] = []
+        self._flush_call: Any = None
+        self._decoder = wire.FrameDecoder()
+        self._lost_waiters: list[Deferred[None]] = []
+        self.connects = 0  # successful connections, for tests and metrics
+
+    # --- requests -------------------------------------------------------------------------------
+
+    def add(
+        self, entry: bytes, master_key: bytes, flags: int, ledger_id: int, entry_id: int, cb: Callback
+    ) -> None:
+        """ADD_ENTRY of a packaged entry; `cb(rc, b"")`."""
+        payload = wire.encode_add_request(entry, master_key, flags)
+        self._send((_ADD, ledger_id, entry_id), payload, cb)
+
+    def read(
+        self, ledger_id: int, entry_id: int, cb: Callback, flags: int = 0, master_key: bytes | None = None
+    ) -> None:
+        """READ_ENTRY; `cb(rc, stored entry)`. Entry -1 asks for the bookie's last entry."""
+        key = master_key if flags & wire.FLAG_DO_FENCING else None
+        payload = wire.encode_read_request(ledger_id, entry_id, flags, key)
+        self._send((_READ, ledger_id, entry_id), payload, cb)
+
+    def _send(self, key: Key, payload: bytes, cb: Callback) -> None:
+        if self._closed or self._address is None:
+            self._fail_soon(cb, RC_UNAVAILABLE)
+            return
+        if self._in_flight >= self._requests_max:
+            log.warning("bookie %s: %d requests unanswered, refusing more", self.bookie_id, self._in_flight)
+            self._fail_soon(cb, RC_UNAVAILABLE)
+            return
+        if self._connection is None and not self._connecting and not self._connect():
+            self._fail_soon(cb, RC_UNAVAILABLE)
+            return
+        request = _Request(key, cb, self._reactor.seconds() + self._timeout_s)
+        waiting = self._waiting
+        queued = waiting.get(key)
+        if queued is None:
+            waiting[key] = request  # the common case: no other request with this key
+        elif type(queued) is _Request:
+            waiting[key] = deque((queued, request))
+        else:
+            queued.append(request)  # type: ignore[union-attr]
+        self._timeline.append(request)
+        self._in_flight += 1
+        if self._timer is None:
+            self._timer = self._reactor.callLater(self._timeout_s, self._expire)
+        self._out.append(wire.frame_prefix(len(payload)))
+        self._out.append(payload)
+        if self._connection is not None and self._flush_call is None:
+            self._flush_call = self._reactor.callLater(0, self._flush)
+
+    def _fail_soon(self, cb: Callback, rc: int) -> None:
+        # Never call back from inside the caller's request: it may be iterating over its own state.
+        self._reactor.callLater(0, cb, rc, b"")
+
+    def _flush(self) -> None:
+        self._flush_call = None
+        if self._connection is not None and self._out:
+            out, self._out = self._out, []
+            self._connection.socket.writeSequence(out)
+
+    # --- replies --------------------------------------------------------------------------------
+
+    def _data_received(self, connection: _Connection, data: bytes) -> None:
+        if connection is not self._connection:
+            return
+        try:
+            self._decoder.feed(data)
+            for payload in self._decoder.frames():
+                self._reply(wire.decode_response(payload))
+        except ProtocolError as exc:
+            log.warning("bookie %s: bad reply stream, dropping the connection: %s", self.bookie_id, exc)
+            if connection.socket is not None:
+                connection.socket.abortConnection()
+
+    def _reply(self, response: wire.Response) -> None:
+        kind = type(response)
+        if kind is _ADD_RESPONSE:
+            key = (_ADD, response.ledger_id, response.entry_id)  # type: ignore[union-attr]
+            body = b""
+        elif kind is _READ_RESPONSE:
+            key = (_READ, response.ledger_id, response.entry_id)  # type: ignore[union-attr]
+            body = response.entry  # type: ignore[union-attr]
+        else:
+            log.info("bookie %s: ignoring an unexpected %s", self.bookie_id, kind.__name__)
+            return
+        queued = self._waiting.pop(key, None)
+        if queued is None:
+            log.info("bookie %s: reply for %s that nobody waits for", self.bookie_id, key)
+            return
+        if type(queued) is _Request:
+            request = queued
+        else:
+            request = queued.popleft()  # type: ignore[union-attr]
+            if queued:
+                self._waiting[key] = queued
+        self._in_flight -= 1
+        cb = request.callback
+        request.callback = None
+        timeline = self._timeline
+        while timeline and timeline[0].callback is None:
+            timeline.popleft()
+        if cb is not None:
+            cb(response.rc, body)  # type: ignore[union-attr]
+
+    def _expire(self) -> None:
+        """Time out every request past its deadline; the timer then watches the next oldest one."""
+        self._timer = None
+        now = self._reactor.seconds()
+        timeline = self._timeline
+        expired: list[Callback] = []
+        while timeline:
+            head = timeline[0]
+            if head.callback is None:
+                timeline.popleft()
+                continue
+            if head.deadline > now:
+                break
+            timeline.popleft()
+            expired.append(head.callback)
+            head.callback = None  # tombstone: stays in its key's FIFO to swallow the late reply
+        if timeline:
+            self._timer = self._reactor.callLater(max(0.0, timeline[0].deadline - now), self._expire)
+        if expired:
+            log.info("bookie %s: %d requests timed out", self.bookie_id, len(expired))
+        for cb in expired:
+            cb(RC_TIMEOUT, b"")
+
+    # --- connection -----------------------------------------------------------------------------
+
+    def _connect(self) -> bool:
+        """Start connecting unless in backoff; False when the request must fail now."""
+        if self._reactor.seconds() < self._retry_at:
+            return False
+        assert self._address is not None
+        self._connecting = True
+        self._decoder = wire.FrameDecoder()
+        host, port = self._address
+        self._reactor.connectTCP(host, port, _Factory(self), timeout=self._connect_timeout_s)
+        return True
+
+    def _connected(self, connection: _Connection) -> None:
+        self._connecting = False
+        if self._closed:
+            connection.socket.loseConnection()
+            return
+        self._connection = connection
+        self._backoff_s = 0.0
+        self.connects += 1
+        transport = connection.socket
+        if hasattr(transport, "setTcpNoDelay"):
+            transport.setTcpNoDelay(True)
+        self._flush()
+
+    def _connect_failed(self, reason: Failure) -> None:
+        self._connecting = False
+        log.info("bookie %s: cannot connect: %s", self.bookie_id, reason.getErrorMessage())
+        self._start_backoff()
+        self._fail_all()
+
+    def _connection_lost(self, connection: _Connection, reason: Failure) -> None:
+        if connection is not self._connection:
+            return
+        self._connection = None
+        if not self._closed:
+            log.info("bookie %s: connection lost: %s", self.bookie_id, reason.getErrorMessage())
+            self._start_backoff()
+        self._fail_all()
+        waiters, self._lost_waiters = self._lost_waiters, []
+        for waiter in waiters:
+            waiter.callback(None)
+
+    def _start_backoff(self) -> None:
+        self._backoff_s = min(self._backoff_max_s, max(self._backoff_min_s, self._backoff_s * 2))
+        self._retry_at = self._reactor.seconds() + self._backoff_s
+
+    def _fail_all(self) -> None:
+        """Fail every unanswered request (they will never be answered on a new connection)."""
+        waiting, self._waiting = self._waiting, {}
+        self._timeline = deque()
+        self._in_flight = 0
+        self._out = []
+        if self._timer is not None and self._timer.active():
+            self._timer.cancel()
+        self._timer = None
+        requests: list[_Request] = []
+        for queued in waiting.values():
+            if isinstance(queued, _Request):
+                requests.append(queued)
+            else:
+                requests.extend(queued)
+        callbacks = [r.callback for r in requests if r.callback is not None]
+        for request in requests:
+            request.callback = None
+        for cb in callbacks:
+            cb(RC_UNAVAILABLE, b"")
+
+    # --- life -----------------------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        return self._connection is not None
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    def disconnect(self) -> Deferred[None]:
+        """Drop the connection (pending requests fail); the next request reconnects, backoff allowing."""
+        if self._connection is None:
+            return defer.succeed(None)
+        waiter: Deferred[None] = Deferred()
+        self._lost_waiters.append(waiter)
+        self._connection.socket.loseConnection()
+        return waiter
+
+    def close(self) -> Deferred[None]:
+        """Fail pending requests, drop the connection and refuse further requests."""
+        self._closed = True
+        if self._flush_call is not None and self._flush_call.active():
+            self._flush_call.cancel()
+        self._flush_call = None
+        done = self.disconnect()
+        self._fail_all()
+        return done
+
+
+def _address(bookie_id: str) -> tuple[str, int] | None:
+    try:
+        parsed = BookieId.parse(bookie_id)
+    except Exception:
+        log.warning("bookie id %r is not host:port; it cannot be reached", bookie_id)
+        return None
+    return parsed.host, parsed.port
+
+
+class BookieClients:
+    """The pool: one BookieClient per bookie id, all sharing one reactor and one set of options."""
+
+    def __init__(self, reactor: Any, **options: int) -> None:
+        self._reactor = reactor
+        self._options = options
+        self._clients: dict[str, BookieClient] = {}
+        self._addresses: dict[str, tuple[str, int]] = {}
+        self._closed = False
+
+    def set_address(self, bookie_id: str, host: str, port: int) -> None:
+        """Connect to host:port for `bookie_id` (from now on; an open connection is kept)."""
+        self._addresses[bookie_id] = (host, port)
+        client = self._clients.get(bookie_id)
+        if client is not None:
+            client._address = (host, port)
+
+    def get(self, bookie_id: str) -> BookieClient:
+        client = self._clients.get(bookie_id)
+        if client is None:
+            address = self._addresses.get(bookie_id)
+            client = BookieClient(bookie_id, self._reactor, address=address, **self._options)
+            if self._closed:
+                client.close()
+            self._clients[bookie_id] = client
+        return client
+
+    def __contains__(self, bookie_id: str) -> bool:
+        return bookie_id in self._clients
+
+    def close(self) -> Deferred[None]:
+        self._closed = True
+        closing = [client.close() for client in self._clients.values()]
+        done: Deferred[Any] = defer.gatherResults(closing, consumeErrors=True)
+        return done.addCallback(lambda _: None)

@@ -1,0 +1,619 @@
+"""Ledgers on Twisted: `Client` (create, open with or without recovery, delete) and `LedgerHandle`
+(add with ordered acks, ensemble change, read, read LAC, close). See docs/client.md.
+
+The add path is callbacks over plain objects: one `_Add` per entry (its packaged bytes, a bitmask of
+the ensemble indexes that acknowledged it, an optional Deferred), kept in entry order. An entry is
+acknowledged once Qa bookies of its write set have it *and* every earlier entry is acknowledged.
+Metadata calls block (SQLite, kazoo), so they run in the reactor's thread pool.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+from functools import partial
+from typing import Any, TypeVar
+
+from twisted.internet import defer, threads
+from twisted.internet.defer import Deferred
+from twisted.python.failure import Failure
+
+from bkctl import limits
+from bkctl.client import placement
+from bkctl.client.bookie_client import BookieClients, error_for
+from bkctl.client.reads import LastConfirmed, LastConfirmedRead, LedgerEntry, RangeRead
+from bkctl.errors import (
+    BadVersionError,
+    BkctlError,
+    ConflictError,
+    FencedError,
+    LedgerClosedError,
+    NotFoundError,
+    UnauthorizedError,
+    UnavailableError,
+    UsageError,
+)
+from bkctl.metadata.layout import Layout
+from bkctl.model import DigestType, LedgerMetadata, LedgerState, Segment
+from bkctl.protocol import wire
+from bkctl.protocol.entry import mac_key, master_key, package_entry
+from bkctl.protocol.quorum import Quorum
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_EOK = int(wire.ReturnCode.EOK)
+_EFENCED = int(wire.ReturnCode.EFENCED)
+_EUA = int(wire.ReturnCode.EUA)
+ADD_FLAGS = wire.FLAG_NONE
+RECOVERY_ADD_FLAGS = wire.FLAG_RECOVERY_ADD | wire.FLAG_HIGH_PRIORITY
+
+
+class _Add:
+    """One entry on its way: packaged once, resent byte for byte to replacement bookies."""
+
+    __slots__ = ("acks", "deferred", "entry", "entry_id", "length", "payload")
+
+    def __init__(self, entry_id: int, payload: bytes, length: int, deferred: Deferred[Any] | None) -> None:
+        self.entry_id = entry_id
+        self.payload = payload
+        self.length = length  # ledger length including this entry
+        self.deferred = deferred
+        self.entry: bytes | None = None  # packaged bytes, once sent
+        self.acks = 0  # bitmask of ensemble indexes
+
+
+class LedgerHandle:
+    """An open ledger. Writable handles come from `Client.create_ledger`; opened ones are read-only."""
+
+    def __init__(
+        self,
+        client: Client,
+        ledger_id: int,
+        metadata: LedgerMetadata,
+        version: int,
+        password: bytes,
+        digest: DigestType,
+        *,
+        writable: bool,
+    ) -> None:
+        self.client = client
+        self.ledger_id = ledger_id
+        self.metadata = metadata
+        self.version = version
+        self.password = password
+        self.digest = digest
+        self.mac = mac_key(password) if digest is DigestType.MAC else None
+        self.master_key = master_key(password)
+        self.quorum = Quorum(metadata.ensemble_size, metadata.write_quorum, metadata.ack_quorum)
+        self.writable = writable
+        self.add_flags = ADD_FLAGS
+        closed = metadata.state is LedgerState.CLOSED
+        self.last_add_confirmed = metadata.last_entry_id if closed else -1
+        self.length = metadata.length if closed else 0
+        self._last_pushed = self.last_add_confirmed
+        self._length_pushed = self.length
+        self._pending: deque[_Add] = deque()  # unacknowledged adds, in entry order
+        self._unsent: deque[_Add] = deque()  # the tail of _pending not yet sent
+        self._error: BkctlError | None = None
+        self._changing = False
+        self._failed: dict[int, str] = {}  # ensemble index -> the bookie that failed there
+        self._ensemble = list(metadata.segments[-1].ensemble)
+        self._drained: list[Deferred[None]] = []
+        self._closing: Deferred[None] | None = None
+
+    # --- shape ------------------------------------------------------------------------------------
+
+    @property
+    def is_closed(self) -> bool:
+        return self.metadata.state is LedgerState.CLOSED
+
+    @property
+    def ensemble(self) -> list[str]:
+        """The ensemble new entries go to (the last segment's)."""
+        return list(self._ensemble)
+
+    def replica(self, entry_id: int, position: int) -> str:
+        """The bookie at `position` of the write set of `entry_id`, in the segment that stores it."""
+        segment = self._segment_ensemble(entry_id)
+        return segment[(entry_id + position) % self.quorum.ensemble_size]
+
+    def _segment_ensemble(self, entry_id: int) -> Sequence[str]:
+        if entry_id >= self.metadata.segments[-1].first_entry_id:
+            return self._ensemble
+        return self.metadata.segment_for(entry_id).ensemble
+
+    # --- add --------------------------------------------------------------------------------------
+
+    def add(self, payload: bytes) -> Deferred[int]:
+        """Append one entry; fires with its entry id once it and every earlier entry are acknowledged."""
+        deferred: Deferred[int] = Deferred()
+        self._accept([payload], deferred, single=True)
+        return deferred
+
+    def add_many(self, payloads: Iterable[bytes]) -> Deferred[list[int]]:
+        """Append entries in order; one Deferred, fired with their ids once the last is acknowledged."""
+        items = list(payloads)
+        deferred: Deferred[list[int]] = Deferred()
+        if not items:
+            deferred.callback([])
+            return deferred
+        self._accept(items, deferred, single=False)
+        return deferred
+
+    def _accept(self, payloads: list[bytes], deferred: Deferred[Any], single: bool) -> None:
+        problem = self._add_refusal(payloads)
+        if problem is not None:
+            deferred.errback(problem)
+            return
+        first = self._last_pushed + 1
+        if not single:
+            ids = list(range(first, first + len(payloads)))
+            deferred.addCallback(lambda _: ids)
+        last = len(payloads) - 1
+        for i, payload in enumerate(payloads):
+            self._last_pushed += 1
+            self._length_pushed += len(payload)
+            add = _Add(self._last_pushed, payload, self._length_pushed, deferred if i == last else None)
+            self._pending.append(add)
+            self._unsent.append(add)
+        self._send_more()
+
+    def _add_refusal(self, payloads: list[bytes]) -> BkctlError | None:
+        if self._error is not None:
+            return type(self._error)(str(self._error))
+        if self.is_closed or self._closing is not None:
+            return LedgerClosedError(f"ledger {self.ledger_id} is closed")
+        if not self.writable:
+            return UsageError(f"ledger {self.ledger_id} was opened for reading")
+        largest = max(map(len, payloads))
+        if largest > limits.ENTRY_SIZE_MAX:
+            return UsageError(f"entry of {largest} bytes is over the {limits.ENTRY_SIZE_MAX}-byte limit")
+        if len(self._unsent) + len(payloads) > limits.CLIENT_ADDS_WAITING_MAX:
+            return UnavailableError(
+                f"ledger {self.ledger_id}: more than {limits.CLIENT_ADDS_WAITING_MAX} adds waiting to be sent"
+            )
+        return None
+
+    def recovery_add(self, entry: LedgerEntry) -> Deferred[int]:
+        """Write back an entry recovery found, with RECOVERY_ADD (accepted by fenced bookies).
+
+        As BookKeeper does, the entry keeps its own length field and gets the recovering LAC.
+        """
+        deferred: Deferred[int] = Deferred()
+        if self._error is not None:
+            deferred.errback(type(self._error)(str(self._error)))
+            return deferred
+        if entry.entry_id != self._last_pushed + 1:
+            raise UnavailableError(
+                f"recovery of ledger {self.ledger_id}: entry {entry.entry_id} out of order"
+            )
+        self._last_pushed = entry.entry_id
+        self._length_pushed = entry.length
+        add = _Add(entry.entry_id, entry.payload, entry.length, deferred)
+        self._pending.append(add)
+        self._unsent.append(add)
+        self._send_more()
+        return deferred
+
+    def _send_more(self) -> None:
+        if self._changing or self._error is not None:
+            return
+        unsent = self._unsent
+        window = limits.CLIENT_ADDS_IN_FLIGHT_MAX - (len(self._pending) - len(unsent))
+        while unsent and window > 0:
+            add = unsent.popleft()
+            add.entry = package_entry(
+                self.digest,
+                self.ledger_id,
+                add.entry_id,
+                self.last_add_confirmed,
+                add.length,
+                add.payload,
+                self.mac,
+            )
+            for index in self.quorum.write_set(add.entry_id):
+                self._send(add, index)
+            window -= 1
+
+    def _send(self, add: _Add, index: int) -> None:
+        bookie = self._ensemble[index]
+        assert add.entry is not None
+        done = partial(self._add_done, add, index, bookie)
+        self.client.bookies.get(bookie).add(
+            add.entry, self.master_key, self.add_flags, self.ledger_id, add.entry_id, done
+        )
+
+    def _add_done(self, add: _Add, index: int, bookie: str, rc: int, _: bytes) -> None:
+        if self._error is not None or add.entry_id <= self.last_add_confirmed:
+            return
+        if self._ensemble[index] != bookie:
+            return  # a bookie replaced since: its answer no longer counts
+        if rc == _EOK:
+            add.acks |= 1 << index
+            if add is self._pending[0] and add.acks.bit_count() >= self.quorum.ack_quorum:
+                self._advance()
+            return
+        what = f"add of ledger {self.ledger_id} entry {add.entry_id} to {bookie}"
+        if rc == _EFENCED:
+            self._fail(FencedError(f"{what}: ledger fenced (another client recovered it)"))
+        elif rc == _EUA:
+            self._fail(UnauthorizedError(f"{what}: wrong password"))
+        else:
+            log.info("%s failed (%s): replacing the bookie", what, error_for(rc, what))
+            self._bookie_failed(index, bookie)
+
+    def _advance(self) -> None:
+        """Acknowledge entries in order while the head has Qa acks (not during an ensemble change)."""
+        pending = self._pending
+        quorum = self.quorum.ack_quorum
+        fired: list[_Add] = []
+        while pending and not self._changing and pending[0].entry is not None:
+            head = pending[0]
+            if head.acks.bit_count() < quorum:
+                break
+            pending.popleft()
+            self.last_add_confirmed = head.entry_id
+            self.length = head.length
+            if head.deferred is not None:
+                fired.append(head)
+        for add in fired:
+            assert add.deferred is not None
+            add.deferred.callback(add.entry_id)
+        if not pending:
+            self._notify_drained()
+        self._send_more()
+
+    def _fail(self, error: BkctlError) -> None:
+        """The writer cannot go on: every unacknowledged add fails with `error`, and so will new ones."""
+        if self._error is not None:
+            return
+        self._error = error
+        failed = [add.deferred for add in self._pending if add.deferred is not None]
+        self._pending.clear()
+        self._unsent.clear()
+        for deferred in failed:
+            deferred.errback(type(error)(str(error)))
+        self._notify_drained()
+
+    def _notify_drained(self) -> None:
+        waiters, self._drained = self._drained, []
+        for waiter in waiters:
+            waiter.callback(None)
+
+    def _wait_drained(self) -> Deferred[None]:
+        if not self._pending or self._error is not None:
+            return defer.succeed(None)
+        waiter: Deferred[None] = Deferred()
+        self._drained.append(waiter)
+        return waiter
+
+    # --- ensemble change --------------------------------------------------------------------------
+
+    def _bookie_failed(self, index: int, bookie: str) -> None:
+        self._failed[index] = bookie
+        if not self._changing:
+            self._changing = True
+            defer.ensureDeferred(self._change_ensemble()).addErrback(self._change_failed)
+
+    def _change_failed(self, failure: Failure) -> None:
+        self._fail(_as_bkctl_error(failure.value))
+
+    async def _change_ensemble(self) -> None:
+        """Replace failed bookies: new segment at LAC + 1 by CAS, then resend pending entries to them."""
+        excluded: set[str] = set()
+        changes = 0
+        while self._failed and self._error is None:
+            changes += 1
+            if changes > limits.CLIENT_ENSEMBLE_CHANGES_MAX:
+                raise UnavailableError(
+                    f"ledger {self.ledger_id}: {limits.CLIENT_ENSEMBLE_CHANGES_MAX} ensemble changes in a row"
+                )
+            failed = dict(self._failed)
+            excluded.update(failed.values())
+            available = await self.client.in_thread(self.client.layout.bookies)
+            new = placement.replace_bookies(
+                self._ensemble, list(failed), available, excluded, self.client.rng
+            )
+            await self._write_segment(new)
+            log.info(
+                "ledger %d: ensemble %s -> %s at entry %d",
+                self.ledger_id,
+                failed,
+                new,
+                self.last_add_confirmed + 1,
+            )
+            for index in failed:
+                del self._failed[index]
+            self._ensemble = new
+            self._resend(set(failed))
+        self._changing = False
+        if self._error is None and self._pending:
+            self._advance()
+
+    async def _write_segment(self, ensemble: list[str]) -> None:
+        first = self.last_add_confirmed + 1
+        for _ in range(limits.CLIENT_METADATA_CAS_MAX):
+            base = self.metadata
+            segments = base.segments
+            if segments[-1].first_entry_id == first:
+                segments = segments[:-1]
+            updated = replace(base, segments=(*segments, Segment(first, tuple(ensemble))))
+            try:
+                self.version = await self.client.in_thread(
+                    self.client.layout.write_ledger, self.ledger_id, updated, self.version
+                )
+            except BadVersionError:
+                await self._reload_for_change()
+                continue
+            self.metadata = updated
+            return
+        raise ConflictError(
+            f"ledger {self.ledger_id}: ensemble change lost {limits.CLIENT_METADATA_CAS_MAX} races"
+        )
+
+    async def _reload_for_change(self) -> None:
+        current = await self.client.in_thread(self.client.layout.read_ledger, self.ledger_id)
+        state = current.value.state
+        if state is LedgerState.CLOSED:
+            raise LedgerClosedError(f"ledger {self.ledger_id} was closed by another client")
+        if state is LedgerState.IN_RECOVERY and self.add_flags != RECOVERY_ADD_FLAGS:
+            raise FencedError(f"ledger {self.ledger_id} is being recovered by another client")
+        self.metadata, self.version = current.value, current.version
+
+    def _resend(self, indexes: set[int]) -> None:
+        """Entries not yet acknowledged must reach the new bookies too; their old acks there are void."""
+        for add in self._pending:
+            if add.entry is None:
+                break  # the rest are unsent: they go to the new ensemble anyway
+            for index in self.quorum.write_set(add.entry_id):
+                if index in indexes:
+                    add.acks &= ~(1 << index)
+                    self._send(add, index)
+
+    # --- reads ------------------------------------------------------------------------------------
+
+    def read(self, first: int, last: int | None = None) -> Deferred[list[LedgerEntry]]:
+        """Entries first..last (inclusive; default: just `first`), all <= the last add confirmed."""
+        last = first if last is None else last
+        if first < 0 or last < first:
+            return defer.fail(UsageError(f"bad entry range {first}..{last}"))
+        if last - first + 1 > limits.CLIENT_READ_RANGE_MAX:
+            return defer.fail(
+                UsageError(f"read of {last - first + 1} entries: at most {limits.CLIENT_READ_RANGE_MAX}")
+            )
+        if last > self.last_add_confirmed:
+            return defer.fail(
+                NotFoundError(
+                    f"ledger {self.ledger_id}: entry {last} is past the last add confirmed "
+                    f"{self.last_add_confirmed}"
+                )
+            )
+        return RangeRead(self, first, last).start()
+
+    def read_lac(self) -> Deferred[int]:
+        """The last add confirmed as the bookies know it (no fencing); the handle's LAC never decreases."""
+        if self.is_closed:
+            return defer.succeed(self.metadata.last_entry_id)
+
+        def found(result: LastConfirmed) -> int:
+            lac = max(self.last_add_confirmed, result.last_add_confirmed)
+            if lac > self.last_add_confirmed and not self.writable:
+                self.last_add_confirmed = lac
+            return lac
+
+        return LastConfirmedRead(self, self._ensemble, fencing=False).start().addCallback(found)
+
+    # --- close ------------------------------------------------------------------------------------
+
+    def close(self) -> Deferred[None]:
+        """Wait for pending adds, then CAS the metadata to CLOSED at the last add confirmed."""
+        if self._closing is None:
+            self._closing = defer.ensureDeferred(self._close())
+        return self._closing
+
+    async def _close(self) -> None:
+        if not self.writable or self.is_closed:
+            return
+        await self._wait_drained()
+        await self.close_metadata(self.last_add_confirmed, self.length)
+        if self._error is not None:
+            raise type(self._error)(str(self._error))
+
+    async def close_metadata(self, last_entry_id: int, length: int) -> None:
+        """CAS to CLOSED; on a lost race follow BookKeeper's rules (see docs/client.md)."""
+        for _ in range(limits.CLIENT_METADATA_CAS_MAX):
+            closed = replace(
+                self.metadata, state=LedgerState.CLOSED, last_entry_id=last_entry_id, length=length
+            )
+            try:
+                self.version = await self.client.in_thread(
+                    self.client.layout.write_ledger, self.ledger_id, closed, self.version
+                )
+            except BadVersionError:
+                if await self._closed_by_other(last_entry_id, length):
+                    return
+                continue
+            self.metadata = closed
+            self.last_add_confirmed, self.length = last_entry_id, length
+            return
+        raise ConflictError(f"ledger {self.ledger_id}: close lost {limits.CLIENT_METADATA_CAS_MAX} races")
+
+    async def _closed_by_other(self, last_entry_id: int, length: int) -> bool:
+        """Re-read after a lost close CAS: True if someone else closed it as we would have."""
+        current = await self.client.in_thread(self.client.layout.read_ledger, self.ledger_id)
+        md = current.value
+        if md.state is LedgerState.CLOSED:
+            if (md.last_entry_id, md.length) == (
+                last_entry_id,
+                length,
+            ) or self.add_flags == RECOVERY_ADD_FLAGS:
+                # A concurrent recovery closed it: every recovery reaches the same end, so take theirs.
+                self.metadata, self.version = md, current.version
+                self.last_add_confirmed, self.length = md.last_entry_id, md.length
+                return True
+            raise LedgerClosedError(
+                f"ledger {self.ledger_id} was closed by another client at entry {md.last_entry_id}, "
+                f"not {last_entry_id}"
+            )
+        if md.state is LedgerState.IN_RECOVERY and self.add_flags != RECOVERY_ADD_FLAGS:
+            raise FencedError(f"ledger {self.ledger_id} is being recovered by another client")
+        self.metadata, self.version = md, current.version
+        return False
+
+
+def _as_bkctl_error(exc: BaseException | None) -> BkctlError:
+    if isinstance(exc, BkctlError):
+        return exc
+    log.error("ledger client: unexpected %r", exc)
+    return UnavailableError(f"unexpected client failure: {exc!r}")
+
+
+class Client:
+    """Ledger operations over a metadata Layout and the bookies it lists, on one reactor."""
+
+    def __init__(
+        self,
+        layout: Layout,
+        reactor: Any = None,
+        *,
+        rng: random.Random | None = None,
+        bookies: BookieClients | None = None,
+        **bookie_options: int,
+    ) -> None:
+        if reactor is None:
+            from twisted.internet import reactor as default_reactor
+
+            reactor = default_reactor
+        self.layout = layout
+        self.reactor = reactor
+        self.rng = rng or random.Random()
+        self.bookies = bookies or BookieClients(reactor, **bookie_options)
+
+    def in_thread(self, function: Callable[..., T], *args: Any) -> Deferred[T]:
+        """Blocking metadata work, off the reactor thread."""
+        return threads.deferToThreadPool(self.reactor, self.reactor.getThreadPool(), function, *args)
+
+    def close(self) -> Deferred[None]:
+        return self.bookies.close()
+
+    # --- create -----------------------------------------------------------------------------------
+
+    def create_ledger(
+        self,
+        ensemble_size: int = 3,
+        write_quorum: int = 2,
+        ack_quorum: int = 2,
+        *,
+        digest: DigestType = DigestType.CRC32C,
+        password: bytes = b"",
+        custom_metadata: Sequence[tuple[str, bytes]] = (),
+        ledger_id: int | None = None,
+        ensemble: Sequence[str] | None = None,
+    ) -> Deferred[LedgerHandle]:
+        """A new OPEN ledger on `ensemble_size` random read-write bookies (or the given `ensemble`)."""
+        return defer.ensureDeferred(
+            self._create(
+                ensemble_size,
+                write_quorum,
+                ack_quorum,
+                digest,
+                password,
+                tuple(custom_metadata),
+                ledger_id,
+                ensemble,
+            )
+        )
+
+    async def _create(
+        self,
+        ensemble_size: int,
+        write_quorum: int,
+        ack_quorum: int,
+        digest: DigestType,
+        password: bytes,
+        custom: tuple[tuple[str, bytes], ...],
+        ledger_id: int | None,
+        chosen: Sequence[str] | None,
+    ) -> LedgerHandle:
+        _check_shape(ensemble_size, write_quorum, ack_quorum, password, custom)
+        if chosen is None:
+            available = await self.in_thread(self.layout.bookies)
+            ensemble = placement.place_ensemble(available, ensemble_size, rng=self.rng)
+        elif len(set(chosen)) != ensemble_size or len(chosen) != ensemble_size:
+            raise UsageError(f"ensemble {list(chosen)} is not {ensemble_size} distinct bookies")
+        else:
+            ensemble = list(chosen)
+        metadata = LedgerMetadata(
+            ensemble_size,
+            write_quorum,
+            ack_quorum,
+            (Segment(0, tuple(ensemble)),),
+            digest=digest,
+            password=password,
+            ctime=int(time.time() * 1000),
+            custom_metadata=custom,
+        )
+        created, version = await self.in_thread(self.layout.create_ledger, metadata, ledger_id)
+        return LedgerHandle(self, created, metadata, version, password, digest, writable=True)
+
+    # --- open -------------------------------------------------------------------------------------
+
+    def open_ledger(
+        self,
+        ledger_id: int,
+        password: bytes = b"",
+        *,
+        recovery: bool = True,
+        digest: DigestType | None = None,
+    ) -> Deferred[LedgerHandle]:
+        """A read-only handle. With `recovery` an open ledger is fenced, recovered and closed first;
+        without, the handle reads up to the last add confirmed the bookies report (never fences)."""
+        return defer.ensureDeferred(self._open(ledger_id, password, recovery, digest))
+
+    async def _open(
+        self, ledger_id: int, password: bytes, recovery: bool, digest: DigestType | None
+    ) -> LedgerHandle:
+        versioned = await self.in_thread(self.layout.read_ledger, ledger_id)
+        md = versioned.value
+        if md.password is not None and md.password != password:
+            raise UnauthorizedError(f"ledger {ledger_id}: wrong password")
+        chosen = md.digest or digest or DigestType.CRC32
+        if digest is not None and md.digest is not None and digest is not md.digest:
+            raise UnauthorizedError(f"ledger {ledger_id}: digest is {md.digest.name}, not {digest.name}")
+        handle = LedgerHandle(self, ledger_id, md, versioned.version, password, chosen, writable=False)
+        if md.state is LedgerState.CLOSED:
+            return handle
+        if recovery:
+            from bkctl.client.recovery import recover
+
+            await recover(handle)
+            return handle
+        await handle.read_lac()
+        return handle
+
+    def delete_ledger(self, ledger_id: int) -> Deferred[None]:
+        """Remove the ledger's metadata (bookies garbage-collect its entries later)."""
+        return self.in_thread(self.layout.delete_ledger, ledger_id)
+
+
+def _check_shape(
+    ensemble_size: int,
+    write_quorum: int,
+    ack_quorum: int,
+    password: bytes,
+    custom: tuple[tuple[str, bytes], ...],
+) -> None:
+    if not limits.ENSEMBLE_SIZE_MAX >= ensemble_size >= write_quorum >= ack_quorum >= 1:
+        raise UsageError(
+            f"need {limits.ENSEMBLE_SIZE_MAX} >= ensemble >= write quorum >= ack quorum >= 1, got "
+            f"{ensemble_size}/{write_quorum}/{ack_quorum}"
+        )
+    if len(password) > limits.PASSWORD_SIZE_MAX:
+        raise UsageError(f"password of {len(password)} bytes: at most {limits.PASSWORD_SIZE_MAX}")
+    if len(custom) > limits.CUSTOM_METADATA_MAX:
+        raise UsageError(f"{len(custom)} custom metadata entries: at most {limits.CUSTOM_METADATA_MAX}")

@@ -1,0 +1,130 @@
+"""Recovery open: make sure an open ledger's old writer can no longer be acknowledged, find its last
+entry and close it there.
+
+1. CAS the metadata to IN_RECOVERY (a ledger already IN_RECOVERY is recovered again: recovery is
+   idempotent, and a crashed recoverer leaves it so).
+2. Fencing reads of entry -1 to every bookie of the last ensemble, until every write quorum has
+   Qw - Qa + 1 answers (OK / NoSuchEntry / NoSuchLedger). Those bookies refuse the writer's adds from
+   now on, so no write quorum can give it Qa acks again. LAC = max(highest LAC carried by the entries
+   returned, first entry of the last segment - 1).
+3. Read forward from LAC + 1 (recovery reads: fencing, high priority), one entry at a time through
+   its write set, until an entry is missing (Qw - Qa + 1 bookies say it does not exist); write back
+   each entry found with RECOVERY_ADD so Qa bookies have it.
+4. CAS to CLOSED at the last entry found. A concurrent recovery that closed it first wins: both reach
+   the same last entry, so we take its metadata.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from twisted.internet import defer
+from twisted.python.failure import Failure
+
+from bkctl import limits
+from bkctl.client.reads import LastConfirmedRead, RecoveryRead
+from bkctl.errors import BadVersionError, BkctlError, ConflictError, UnavailableError
+from bkctl.model import LedgerState
+
+if TYPE_CHECKING:
+    from bkctl.client.ledger import LedgerHandle
+
+log = logging.getLogger(__name__)
+
+
+async def recover(handle: LedgerHandle) -> None:
+    """Fence, recover and close `handle`'s ledger (no-op when it is closed)."""
+    from bkctl.client.ledger import RECOVERY_ADD_FLAGS
+
+    if not await _mark_in_recovery(handle):
+        return
+    handle.add_flags = RECOVERY_ADD_FLAGS
+    ensemble = handle.ensemble  # entries past the LAC live here, whatever ensemble changes follow
+    found = await LastConfirmedRead(handle, ensemble, fencing=True).start()
+    segment_first = handle.metadata.segments[-1].first_entry_id
+    lac = max(found.last_add_confirmed, segment_first - 1)
+    handle.last_add_confirmed = handle._last_pushed = lac
+    handle.length = handle._length_pushed = found.length
+    log.info("ledger %d: fenced; LAC %d, reading forward", handle.ledger_id, lac)
+    written = await _read_forward(handle, ensemble, lac + 1)
+    if written:
+        await defer.gatherResults(written, consumeErrors=True).addErrback(_first_error)
+    elif lac >= 0:
+        handle.length = await _length_at(handle, lac, found.length)
+    await handle._wait_drained()
+    if handle._error is not None:
+        raise type(handle._error)(str(handle._error))
+    await handle.close_metadata(handle.last_add_confirmed, handle.length)
+    log.info("ledger %d: recovered, closed at entry %d", handle.ledger_id, handle.last_add_confirmed)
+
+
+async def _mark_in_recovery(handle: LedgerHandle) -> bool:
+    """CAS to IN_RECOVERY; False when the ledger turns out to be closed already."""
+    client = handle.client
+    for _ in range(limits.CLIENT_METADATA_CAS_MAX):
+        md = handle.metadata
+        if md.state is LedgerState.CLOSED:
+            handle.last_add_confirmed, handle.length = md.last_entry_id, md.length
+            return False
+        if md.state is LedgerState.IN_RECOVERY:
+            return True
+        marked = replace(md, state=LedgerState.IN_RECOVERY)
+        try:
+            handle.version = await client.in_thread(
+                client.layout.write_ledger, handle.ledger_id, marked, handle.version
+            )
+            handle.metadata = marked
+            return True
+        except BadVersionError:
+            current = await client.in_thread(client.layout.read_ledger, handle.ledger_id)
+            handle.metadata, handle.version = current.value, current.version
+            handle._ensemble = list(current.value.segments[-1].ensemble)
+    raise ConflictError(f"ledger {handle.ledger_id}: marking it in recovery lost too many races")
+
+
+async def _read_forward(handle: LedgerHandle, ensemble: list[str], first: int) -> list[defer.Deferred[int]]:
+    """Recovery-read from `first` until an entry is missing; write back each one found.
+
+    The next read goes out before the write-back of the entry just found, as BookKeeper orders them.
+    """
+    written: list[defer.Deferred[int]] = []
+    entry = await RecoveryRead(handle, ensemble, first).start()
+    for _ in range(limits.CLIENT_RECOVERY_ENTRIES_MAX):
+        if entry is None:
+            return written
+        following = RecoveryRead(handle, ensemble, entry.entry_id + 1).start()
+        written.append(handle.recovery_add(entry))
+        entry = await following
+    raise UnavailableError(
+        f"ledger {handle.ledger_id}: more than {limits.CLIENT_RECOVERY_ENTRIES_MAX} entries past the LAC"
+    )
+
+
+async def _length_at(handle: LedgerHandle, entry_id: int, fallback: int) -> int:
+    """The ledger length at `entry_id` (nothing was found past it): that entry's own length field.
+
+    BookKeeper keeps the length carried next to the highest LAC, which belongs to a later entry; when
+    that later entry was not recovered (a tail gap) the entry at the LAC is the right source.
+    """
+    try:
+        (entry,) = await handle.read(entry_id)
+    except BkctlError as exc:
+        log.warning(
+            "ledger %d: cannot read entry %d for its length (%s); using %d",
+            handle.ledger_id,
+            entry_id,
+            exc,
+            fallback,
+        )
+        return fallback
+    return entry.length
+
+
+def _first_error(failure: Failure) -> None:
+    """gatherResults wraps the first failure: raise the write-back's own error."""
+    error = failure.value
+    if isinstance(error, defer.FirstError):
+        error.subFailure.raiseException()
+    raise UnavailableError(f"recovery write-back failed: {error!r}")

@@ -1,0 +1,207 @@
+"""BookieClient protocol logic on a fake reactor: StringTransport for the socket, the reactor's Clock
+for timeouts and backoff. No real bookie here (tests/client/test_ledger*.py use real ones)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from twisted.internet.error import ConnectionRefusedError
+from twisted.internet.testing import MemoryReactorClock, StringTransport
+from twisted.python.failure import Failure
+
+from bkctl.client.bookie_client import RC_TIMEOUT, RC_UNAVAILABLE, BookieClient, BookieClients, error_for
+from bkctl.errors import FencedError, TimeoutError_, UnavailableError
+from bkctl.model import DigestType
+from bkctl.protocol import wire
+from bkctl.protocol.entry import master_key, package_entry
+
+KEY = master_key(b"pw")
+EOK = wire.ReturnCode.EOK
+
+
+def entry(ledger_id: int, entry_id: int, payload: bytes = b"x") -> bytes:
+    return package_entry(DigestType.CRC32, ledger_id, entry_id, entry_id - 1, entry_id + 1, payload)
+
+
+class Harness:
+    def __init__(self, **options: int) -> None:
+        self.reactor = MemoryReactorClock()
+        self.client = BookieClient("127.0.0.1:3181", self.reactor, **options)
+        self.results: list[tuple[str, int, bytes]] = []
+        self.transport: StringTransport | None = None
+
+    def cb(self, name: str) -> Any:
+        return lambda rc, body: self.results.append((name, rc, body))
+
+    def accept(self) -> StringTransport:
+        """Complete the connection attempt the client made last."""
+        host, port, factory, _timeout, _ = self.reactor.tcpClients[-1]
+        assert (host, port) == ("127.0.0.1", 3181)
+        proto = factory.buildProtocol(None)
+        self.transport = StringTransport()
+        proto.makeConnection(self.transport)
+        self.proto = proto
+        return self.transport
+
+    def refuse(self) -> None:
+        _, _, factory, _, _ = self.reactor.tcpClients[-1]
+        factory.clientConnectionFailed(None, Failure(ConnectionRefusedError()))
+
+    def sent(self) -> list[wire.Request]:
+        assert self.transport is not None
+        decoder = wire.FrameDecoder()
+        decoder.feed(self.transport.value())
+        self.transport.clear()
+        return [wire.decode_request(p) for p in decoder.frames()]
+
+    def reply(self, *payloads: bytes) -> None:
+        self.proto.dataReceived(b"".join(wire.frame(p) for p in payloads))
+
+
+def test_connects_on_first_request_and_batches_frames_per_tick() -> None:
+    h = Harness()
+    for i in range(3):
+        h.client.add(entry(5, i), KEY, 0, 5, i, h.cb(f"a{i}"))
+    assert len(h.reactor.tcpClients) == 1
+    t = h.accept()
+    assert t.value() != b""  # queued frames go out once connected
+    sent = h.sent()
+    assert [(r.ledger_id, r.entry_id) for r in sent] == [(5, 0), (5, 1), (5, 2)]  # type: ignore[union-attr]
+    h.client.read(5, 1, h.cb("r1"))
+    assert t.value() == b""  # not before the reactor turns
+    h.reactor.advance(0)
+    (read,) = h.sent()
+    assert isinstance(read, wire.ReadRequest) and read.master_key is None
+
+
+def test_replies_complete_by_key_in_order_and_out_of_order_keys() -> None:
+    h = Harness()
+    h.client.add(entry(5, 0), KEY, 0, 5, 0, h.cb("a0"))
+    h.client.add(entry(5, 1), KEY, 0, 5, 1, h.cb("a1"))
+    h.client.read(5, 0, h.cb("r0a"))
+    h.client.read(5, 0, h.cb("r0b"))
+    h.accept()
+    h.reply(
+        wire.encode_add_response(EOK, 5, 1),
+        wire.encode_read_response(EOK, 5, 0, b"first"),
+        wire.encode_add_response(wire.ReturnCode.EFENCED, 5, 0),
+        wire.encode_read_response(wire.ReturnCode.ENOENTRY, 5, 0),
+    )
+    assert h.results == [
+        ("a1", EOK, b""),
+        ("r0a", EOK, b"first"),
+        ("a0", wire.ReturnCode.EFENCED, b""),
+        ("r0b", wire.ReturnCode.ENOENTRY, b""),
+    ]
+    assert h.client.in_flight == 0
+
+
+def test_fencing_read_carries_the_key_and_matches_the_minus_one_reply() -> None:
+    h = Harness()
+    h.client.read(8, -1, h.cb("fence"), wire.FLAG_DO_FENCING, KEY)
+    h.accept()
+    (req,) = h.sent()
+    assert isinstance(req, wire.ReadRequest)
+    assert (req.flags, req.entry_id, req.master_key) == (wire.FLAG_DO_FENCING, -1, KEY)
+    # The bookie answers with its last entry but says entry -1 in the header.
+    h.reply(wire.encode_read_response(EOK, 8, -1, entry(8, 3)))
+    assert h.results == [("fence", EOK, entry(8, 3))]
+
+
+def test_timeout_then_late_reply_is_swallowed_by_the_tombstone() -> None:
+    h = Harness(request_timeout_ms=1000)
+    h.client.read(5, 0, h.cb("old"))
+    h.accept()
+    h.reactor.advance(0.5)
+    h.client.read(5, 1, h.cb("other"))
+    h.reactor.advance(0.6)  # the first is past its deadline, the second not
+    assert h.results == [("old", RC_TIMEOUT, b"")]
+    h.client.read(5, 0, h.cb("new"))
+    h.reply(wire.encode_read_response(EOK, 5, 0, b"late"))  # the answer to "old"
+    assert [r[0] for r in h.results] == ["old"]
+    h.reply(wire.encode_read_response(EOK, 5, 0, b"fresh"))
+    assert h.results[-1] == ("new", EOK, b"fresh")
+    h.reactor.advance(0.5)
+    assert h.results[-1] == ("other", RC_TIMEOUT, b"")
+    assert h.client.connected  # a timeout does not drop the connection
+
+
+def test_connection_lost_fails_pending_and_reconnects_after_backoff() -> None:
+    h = Harness(backoff_min_ms=100, backoff_max_ms=400)
+    h.client.read(5, 0, h.cb("r"))
+    h.accept()
+    h.proto.connectionLost(Failure(ConnectionRefusedError()))
+    assert h.results == [("r", RC_UNAVAILABLE, b"")]
+    # In backoff: fail fast (asynchronously), no new connection attempt.
+    h.client.read(5, 0, h.cb("fast"))
+    h.reactor.advance(0)
+    assert h.results[-1] == ("fast", RC_UNAVAILABLE, b"")
+    assert len(h.reactor.tcpClients) == 1
+    h.reactor.advance(0.1)
+    h.client.read(5, 0, h.cb("again"))
+    assert len(h.reactor.tcpClients) == 2
+    h.refuse()  # second failure: backoff doubles
+    assert h.results[-1] == ("again", RC_UNAVAILABLE, b"")
+    h.reactor.advance(0.15)
+    h.client.read(5, 0, h.cb("still"))
+    h.reactor.advance(0)
+    assert len(h.reactor.tcpClients) == 2
+    h.reactor.advance(0.1)
+    h.client.read(5, 0, h.cb("ok"))
+    h.accept()
+    h.reply(wire.encode_read_response(EOK, 5, 0, b"e"))
+    assert h.results[-1] == ("ok", EOK, b"e")
+    assert h.client.connects == 2
+
+
+def test_backoff_is_bounded() -> None:
+    h = Harness(backoff_min_ms=100, backoff_max_ms=250)
+    for _ in range(6):
+        h.reactor.advance(1)
+        h.client.read(5, 0, h.cb("r"))
+        h.refuse()
+    assert h.client._backoff_s == pytest.approx(0.25)
+
+
+def test_garbage_from_the_bookie_drops_the_connection() -> None:
+    h = Harness()
+    h.client.read(5, 0, h.cb("r"))
+    t = h.accept()
+    h.proto.dataReceived(b"\xff\xff\xff\xff")
+    assert t.disconnecting
+    h.proto.connectionLost(Failure(ConnectionRefusedError()))
+    assert h.results == [("r", RC_UNAVAILABLE, b"")]
+
+
+def test_request_bound_and_closed_client() -> None:
+    h = Harness(requests_max=2)
+    for i in range(3):
+        h.client.read(5, i, h.cb(f"r{i}"))
+    h.reactor.advance(0)
+    assert h.results == [("r2", RC_UNAVAILABLE, b"")]
+    h.client.close()
+    assert sorted(r[0] for r in h.results) == ["r0", "r1", "r2"]
+    h.client.read(5, 9, h.cb("late"))
+    h.reactor.advance(0)
+    assert h.results[-1] == ("late", RC_UNAVAILABLE, b"")
+
+
+def test_unreachable_bookie_id_fails_requests() -> None:
+    reactor = MemoryReactorClock()
+    client = BookieClient("not-a-host-port", reactor)
+    got: list[int] = []
+    client.read(1, 0, lambda rc, body: got.append(rc))
+    reactor.advance(0)
+    assert got == [RC_UNAVAILABLE] and not reactor.tcpClients
+
+
+def test_pool_and_errors() -> None:
+    reactor = MemoryReactorClock()
+    pool = BookieClients(reactor, request_timeout_ms=100)
+    assert pool.get("127.0.0.1:1") is pool.get("127.0.0.1:1")
+    assert "127.0.0.1:1" in pool
+    pool.close()
+    assert isinstance(error_for(RC_TIMEOUT, "x"), TimeoutError_)
+    assert isinstance(error_for(RC_UNAVAILABLE, "x"), UnavailableError)
+    assert isinstance(error_for(wire.ReturnCode.EFENCED, "x"), FencedError)
