@@ -10,7 +10,7 @@ bytes. (v3 frames are not like that: their extension fields follow the op messag
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from bkctl import limits
 from bkctl.errors import ProtocolError
@@ -23,9 +23,11 @@ FIXED32 = 5
 _UINT64_MASK = (1 << 64) - 1
 
 
-@dataclass(frozen=True)
-class Field:
-    """One decoded field: `value` is an int for varint/fixed types and bytes for length-delimited."""
+class Field(NamedTuple):
+    """One decoded field: `value` is an int for varint/fixed types and bytes for length-delimited.
+
+    A NamedTuple rather than a frozen dataclass: decoding 100k ledgers' metadata builds millions of them.
+    """
 
     number: int
     wire_type: int
@@ -48,6 +50,8 @@ def encode_varint(value: int) -> bytes:
 
 def decode_varint(data: bytes | memoryview, offset: int) -> tuple[int, int]:
     """Decode an unsigned varint at `offset`; return (value, offset after it)."""
+    if offset < len(data) and data[offset] < 0x80:
+        return data[offset], offset + 1  # one-byte varints are most of them: keys, small numbers
     result = 0
     for shift in range(0, 70, 7):
         if offset >= len(data):
@@ -70,10 +74,12 @@ def as_signed64(value: int) -> int:
 def iter_fields(data: bytes | memoryview) -> Iterator[Field]:
     """Yield the fields of one message, in wire order; raise ProtocolError on malformed bytes."""
     offset = 0
+    end = len(data)
+    fields_max = limits.PROTOBUF_FIELDS_MAX
     count = 0
-    while offset < len(data):
+    while offset < end:
         count += 1
-        if count > limits.PROTOBUF_FIELDS_MAX:
+        if count > fields_max:
             raise ProtocolError("protobuf: too many fields")
         key, offset = decode_varint(data, offset)
         number, wire_type = key >> 3, key & 7
@@ -84,13 +90,13 @@ def iter_fields(data: bytes | memoryview) -> Iterator[Field]:
             value, offset = decode_varint(data, offset)
         elif wire_type == LENGTH_DELIMITED:
             size, offset = decode_varint(data, offset)
-            if size > len(data) - offset:
+            if size > end - offset:
                 raise ProtocolError(f"protobuf: field {number} length {size} runs past the message")
             value = bytes(data[offset : offset + size])
             offset += size
         elif wire_type in (FIXED64, FIXED32):
             width = 8 if wire_type == FIXED64 else 4
-            if offset + width > len(data):
+            if offset + width > end:
                 raise ProtocolError(f"protobuf: truncated fixed field {number}")
             value = int.from_bytes(data[offset : offset + width], "little")
             offset += width
