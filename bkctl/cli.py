@@ -32,6 +32,10 @@ COMMAND_MODULES = (
     "bkctl.commands.bookie_server",
     "bkctl.commands.cluster",
     "bkctl.commands.ledger",
+    "bkctl.commands.ledger_data",
+    "bkctl.commands.smoke",
+    "bkctl.commands.sandbox",
+    "bkctl.commands.bench",
     "bkctl.commands.underreplicated",
     "bkctl.commands.autorecovery",
 )

@@ -91,3 +91,11 @@ CLIENT_ENSEMBLE_CHANGES_MAX: Final = 16
 CLIENT_METADATA_CAS_MAX: Final = 100
 # Entries recovery reads past the LAC before it gives up (a writer never has more outstanding).
 CLIENT_RECOVERY_ENTRIES_MAX: Final = 1_000_000
+# `ledger write`: entries per add_many call and such calls in flight; `ledger read`: entries per read call.
+CLI_WRITE_CHUNK_ENTRIES: Final = 1_000
+CLI_WRITE_CHUNKS_IN_FLIGHT: Final = 4
+CLI_READ_CHUNK_ENTRIES: Final = 1_000
+# `sandbox`: bookies one sandbox runs; seconds a bookie process may take to serve, and to stop.
+SANDBOX_BOOKIES_MAX: Final = 32
+SANDBOX_BOOKIE_START_WAIT_S: Final = 30.0
+SANDBOX_BOOKIE_STOP_WAIT_S: Final = 30.0

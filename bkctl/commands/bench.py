@@ -1,0 +1,319 @@
+"""`bkctl bench write|read`: a load generator through the ledger client.
+
+write: N ledgers, D adds in flight in total (spread over the ledgers), fixed-size entries, for T
+seconds; read: D single-entry reads in flight over a closed ledger, cycling through its entries.
+Prints ops/s, MB/s and latency percentiles (p50/p95/p99/max, from every operation's latency). A rich
+progress line goes to stderr on a terminal only. See docs/commands/bench.md.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from array import array
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from bkctl import limits
+from bkctl.commands.ledger_options import (
+    AckQuorumOption,
+    DigestName,
+    DigestOption,
+    EnsembleOption,
+    TimeoutOption,
+    WriteQuorumOption,
+)
+from bkctl.commands.options import MetadataOption
+from bkctl.commands.output import OutputFormat, OutputOption, message, resolve, write_json, write_mapping
+from bkctl.commands.running import run_client
+from bkctl.errors import BkctlError, UsageError
+
+if TYPE_CHECKING:
+    from bkctl.client.ledger import Client, LedgerHandle
+
+app = typer.Typer(help="Load generators: write and read throughput and latency.", no_args_is_help=True)
+
+DurationOption = Annotated[
+    float, typer.Option("--duration", "-t", min=0.1, max=86_400, help="Seconds of load.")
+]
+OutstandingOption = Annotated[
+    int,
+    typer.Option("--outstanding", "-D", min=1, max=limits.CLIENT_ADDS_IN_FLIGHT_MAX, help="Ops in flight."),
+]
+EntrySizeOption = Annotated[
+    int, typer.Option("--entry-size", "-s", min=1, max=limits.ENTRY_SIZE_MAX, help="Bytes per entry.")
+]
+WARMUP_S = 1.0
+PROGRESS_INTERVAL_S = 0.5
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="bench")
+
+
+class Recorder:
+    """Latencies (ms, float32) of operations completed after the warm-up, and the measuring window."""
+
+    def __init__(self, clock: Any, warmup_s: float) -> None:
+        self.clock = clock
+        self.latencies_ms = array("f")
+        self.measure_from = clock() + warmup_s
+        self.measure_to = 0.0
+        self.done = 0  # every completed op, warm-up included (for the progress line)
+        self.errors = 0
+
+    def record(self, started: float) -> None:
+        now = self.clock()
+        self.done += 1
+        if started >= self.measure_from:
+            self.latencies_ms.append((now - started) * 1000)
+            self.measure_to = now
+
+    def summary(self, entry_size: int) -> dict[str, Any]:
+        count = len(self.latencies_ms)
+        elapsed = max(self.measure_to - self.measure_from, 1e-9)
+        ordered = sorted(self.latencies_ms)
+        return {
+            "ops": count,
+            "seconds": round(elapsed, 3),
+            "ops_per_s": round(count / elapsed, 1),
+            "mb_per_s": round(count * entry_size / elapsed / 1e6, 2),
+            "latency_ms": {
+                "p50": _percentile(ordered, 0.50),
+                "p95": _percentile(ordered, 0.95),
+                "p99": _percentile(ordered, 0.99),
+                "max": round(ordered[-1], 3) if ordered else None,
+            },
+            "errors": self.errors,
+        }
+
+
+def _percentile(ordered: list[float], fraction: float) -> float | None:
+    if not ordered:
+        return None
+    return round(ordered[min(len(ordered) - 1, int(fraction * len(ordered)))], 3)
+
+
+# --- write ----------------------------------------------------------------------------------------------
+
+
+@app.command("write")
+def bench_write(
+    ledgers: Annotated[int, typer.Option("--ledgers", "-l", min=1, max=1000, help="Ledgers written.")] = 1,
+    entry_size: EntrySizeOption = 1024,
+    outstanding: OutstandingOption = 512,
+    duration: DurationOption = 10.0,
+    ensemble_size: EnsembleOption = 3,
+    write_quorum: WriteQuorumOption = 2,
+    ack_quorum: AckQuorumOption = 2,
+    digest: DigestOption = DigestName.crc32c,
+    timeout_ms: TimeoutOption = None,
+    metadata: MetadataOption = None,
+    output: OutputOption = None,
+) -> None:
+    """Add fixed-size entries for --duration seconds with --outstanding adds in flight; print adds/s,
+    MB/s and add latency percentiles (after a 1 s warm-up). The ledgers are closed, not deleted."""
+    if outstanding < ledgers:
+        raise UsageError(f"--outstanding {outstanding} is fewer than --ledgers {ledgers}")
+    fmt = resolve(output)
+
+    async def work(client: Client) -> dict[str, Any]:
+        handles = [
+            await client.create_ledger(ensemble_size, write_quorum, ack_quorum, digest=digest.to_type())
+            for _ in range(ledgers)
+        ]
+        recorder = Recorder(time.perf_counter, min(WARMUP_S, duration / 4))
+        await _WriteLoad(handles, b"x" * entry_size, outstanding, recorder).run(duration)
+        for lh in handles:
+            await lh.close()
+        return _document("write", recorder, entry_size, outstanding, duration) | {
+            "ledgers": [lh.ledger_id for lh in handles],
+            "ensemble_size": ensemble_size,
+            "write_quorum": write_quorum,
+            "ack_quorum": ack_quorum,
+        }
+
+    _print(run_client(metadata, work, request_timeout_ms=timeout_ms), fmt)
+
+
+class _WriteLoad:
+    def __init__(
+        self, handles: list[LedgerHandle], data: bytes, outstanding: int, recorder: Recorder
+    ) -> None:
+        self.handles, self.data, self.outstanding, self.recorder = handles, data, outstanding, recorder
+        self.stop_at = 0.0
+        self.in_flight = 0
+        self.failure: BkctlError | None = None
+        self.finished: Any = None
+
+    async def run(self, duration: float) -> None:
+        from twisted.internet.defer import Deferred
+
+        clock = self.recorder.clock
+        self.stop_at = clock() + duration
+        self.finished = Deferred()
+        with _Progress(self.handles[0].client.reactor, self.recorder, duration, "adds"):
+            for i in range(self.outstanding):
+                self._issue(self.handles[i % len(self.handles)])
+            await self.finished
+        if self.failure is not None:
+            raise self.failure
+
+    def _issue(self, lh: LedgerHandle) -> None:
+        self.in_flight += 1
+        started = self.recorder.clock()
+        lh.add(self.data).addCallbacks(self._added, self._failed, (lh, started), {}, (lh,))
+
+    def _added(self, _: int, lh: LedgerHandle, started: float) -> None:
+        self.in_flight -= 1
+        self.recorder.record(started)
+        self._next(lh)
+
+    def _failed(self, failure: Any, lh: LedgerHandle) -> None:
+        self.in_flight -= 1
+        self.recorder.errors += 1
+        if self.failure is None:
+            error = failure.value
+            self.failure = error if isinstance(error, BkctlError) else BkctlError(repr(error))
+        self._next(lh)
+
+    def _next(self, lh: LedgerHandle) -> None:
+        if self.failure is None and self.recorder.clock() < self.stop_at:
+            self._issue(lh)
+        elif self.in_flight == 0 and not self.finished.called:
+            self.finished.callback(None)
+
+
+# --- read -----------------------------------------------------------------------------------------------
+
+
+@app.command("read")
+def bench_read(
+    ledger_id: Annotated[
+        int | None,
+        typer.Argument(help="A closed ledger to read (default: write --entries first).", show_default=False),
+    ] = None,
+    entries: Annotated[
+        int, typer.Option("--entries", "-n", min=1, max=10_000_000, help="Entries written when no ledger.")
+    ] = 10_000,
+    entry_size: EntrySizeOption = 1024,
+    outstanding: Annotated[
+        int, typer.Option("--outstanding", "-D", min=1, max=limits.CLIENT_READS_IN_FLIGHT_MAX * 16)
+    ] = 64,
+    duration: DurationOption = 10.0,
+    password: Annotated[str, typer.Option("--password", help="Ledger password.")] = "",
+    timeout_ms: TimeoutOption = None,
+    metadata: MetadataOption = None,
+    output: OutputOption = None,
+) -> None:
+    """Single-entry reads, --outstanding in flight, cycling through a closed ledger's entries for
+    --duration seconds; print reads/s, MB/s and read latency percentiles."""
+    fmt = resolve(output)
+
+    async def work(client: Client) -> dict[str, Any]:
+        lh = await _ledger_to_read(client, ledger_id, entries, entry_size, password)
+        if lh.last_add_confirmed < 0:
+            raise UsageError(f"ledger {lh.ledger_id} has no entries")
+        recorder = Recorder(time.perf_counter, min(WARMUP_S, duration / 4))
+        await _ReadLoad(lh, outstanding, recorder).run(duration)
+        size = lh.length // (lh.last_add_confirmed + 1)
+        return _document("read", recorder, size, outstanding, duration) | {"ledgers": [lh.ledger_id]}
+
+    _print(run_client(metadata, work, request_timeout_ms=timeout_ms), fmt)
+
+
+async def _ledger_to_read(
+    client: Client, ledger_id: int | None, entries: int, entry_size: int, password: str
+) -> LedgerHandle:
+    if ledger_id is not None:
+        return await client.open_ledger(ledger_id, password.encode(), recovery=False)
+    from bkctl.commands.ledger_data import write_entries
+
+    lh = await client.create_ledger(3, 2, 2, password=password.encode())
+    message(f"bench: writing {entries} entries of {entry_size} bytes to ledger {lh.ledger_id}")
+    await write_entries(lh, (b"r" * entry_size for _ in range(entries)))
+    await lh.close()
+    return lh
+
+
+class _ReadLoad(_WriteLoad):
+    def __init__(self, lh: LedgerHandle, outstanding: int, recorder: Recorder) -> None:
+        super().__init__([lh], b"", outstanding, recorder)
+        self.next_entry = 0
+
+    def _issue(self, lh: LedgerHandle) -> None:
+        self.in_flight += 1
+        entry_id = self.next_entry
+        self.next_entry = (entry_id + 1) % (lh.last_add_confirmed + 1)
+        started = self.recorder.clock()
+        lh.read(entry_id).addCallbacks(self._added, self._failed, (lh, started), {}, (lh,))
+
+
+# --- output ---------------------------------------------------------------------------------------------
+
+
+def _document(
+    mode: str, recorder: Recorder, entry_size: int, outstanding: int, duration: float
+) -> dict[str, Any]:
+    return {
+        "mode": mode,
+        "entry_size": entry_size,
+        "outstanding": outstanding,
+        "duration_s": duration,
+        **recorder.summary(entry_size),
+    }
+
+
+def _print(document: dict[str, Any], fmt: OutputFormat) -> None:
+    if fmt is OutputFormat.json:
+        write_json(document)
+        return
+    flat = {k: v for k, v in document.items() if k != "latency_ms"}
+    flat.update({f"latency_{k}_ms": v for k, v in document["latency_ms"].items()})
+    write_mapping(flat, fmt)
+
+
+class _Progress:
+    """A rich progress bar on stderr while the load runs, only when stderr is a terminal."""
+
+    def __init__(self, reactor: Any, recorder: Recorder, duration: float, unit: str) -> None:
+        self.reactor, self.recorder, self.duration, self.unit = reactor, recorder, duration, unit
+        self.progress: Any = None
+        self.loop: Any = None
+
+    def __enter__(self) -> _Progress:
+        if not sys.stderr.isatty():
+            return self
+        from rich.console import Console
+        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+        from twisted.internet.task import LoopingCall
+
+        self.progress = Progress(
+            TextColumn("bench"),
+            BarColumn(),
+            TextColumn("{task.fields[rate]}"),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        )
+        self.task = self.progress.add_task("load", total=self.duration, rate="")
+        self.progress.start()
+        self.started = self.recorder.clock()
+        self.last = (self.started, 0)
+        self.loop = LoopingCall(self._tick)
+        self.loop.clock = self.reactor
+        self.loop.start(PROGRESS_INTERVAL_S, now=False)
+        return self
+
+    def _tick(self) -> None:
+        now, done = self.recorder.clock(), self.recorder.done
+        rate = (done - self.last[1]) / max(now - self.last[0], 1e-9)
+        self.last = (now, done)
+        self.progress.update(self.task, completed=now - self.started, rate=f"{rate:,.0f} {self.unit}/s")
+
+    def __exit__(self, *exc: object) -> None:
+        if self.loop is not None and self.loop.running:
+            self.loop.stop()
+        if self.progress is not None:
+            self.progress.stop()

@@ -1,0 +1,70 @@
+"""Running a one-shot client command on the Twisted reactor.
+
+`run_client(uri, work)` opens the metadata store (blocking, before the reactor starts), makes a
+`Client`, runs the coroutine `work(client)` under `twisted.internet.task.react`, closes the client's
+connections and returns the coroutine's result. A BkctlError raised inside the reactor reaches
+`bkctl.cli.main` as itself (one line + its exit code), never as a traceback or exit 1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from bkctl.commands.options import open_layout
+from bkctl.errors import BkctlError
+
+if TYPE_CHECKING:
+    from bkctl.client.ledger import Client
+
+T = TypeVar("T")
+
+
+def react(work: Callable[[Any], Awaitable[T]]) -> T:
+    """Run `work(reactor)` to completion on the reactor; re-raise its exception here.
+
+    `task.react` always ends in SystemExit; the outcome is kept aside so that the caller sees the
+    coroutine's own result or error. Ctrl-C stops the reactor before `work` ends: KeyboardInterrupt.
+    """
+    from twisted.internet import defer, task
+
+    outcome: list[tuple[bool, Any]] = []
+
+    async def wrapped(reactor: Any) -> None:
+        try:
+            outcome.append((True, await work(reactor)))
+        except BaseException as exc:  # re-raised below, outside the reactor
+            outcome.append((False, exc))
+
+    with contextlib.suppress(SystemExit):  # react() always exits; the outcome is kept above
+        task.react(lambda reactor: defer.ensureDeferred(wrapped(reactor)))
+    if not outcome:
+        raise KeyboardInterrupt
+    ok, value = outcome[0]
+    if ok:
+        return value  # type: ignore[no-any-return]
+    if isinstance(value, BkctlError | KeyboardInterrupt):
+        raise value
+    raise BkctlError(f"{type(value).__name__}: {value}") from value
+
+
+def run_client(
+    metadata: str | None, work: Callable[[Client], Awaitable[T]], *, request_timeout_ms: int | None = None
+) -> T:
+    """Open the cluster named by `metadata`, run `work(client)` on the reactor, close the client."""
+    from bkctl.client.ledger import Client
+
+    options: dict[str, int] = {}
+    if request_timeout_ms is not None:
+        options["request_timeout_ms"] = request_timeout_ms
+    with open_layout(metadata) as layout:
+
+        async def main(reactor: Any) -> T:
+            client = Client(layout, reactor, **options)  # type: ignore[arg-type]
+            try:
+                return await work(client)
+            finally:
+                await client.close()
+
+        return react(main)

@@ -1,0 +1,202 @@
+"""`bkctl sandbox`: a local cluster for trying bkctl, in the foreground until Ctrl-C.
+
+Bookies run in this process, on one reactor, with their data under --data-dir and, unless --metadata
+says otherwise, an SQLite metadata store inside it (a user's other clusters are never touched). Ports
+are fixed (--base-port, default 3181..): cookies name bookie ids (host:port), so a sandbox restarted on
+the same data dir finds its bookies again. `--demo` writes, reads, checks and fences a ledger, prints
+what it did and stops. See docs/commands/sandbox.md.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from bkctl import limits
+from bkctl.commands.output import OutputFormat, OutputOption, message, resolve, write_mapping, write_text
+from bkctl.errors import BkctlError
+
+if TYPE_CHECKING:
+    from bkctl.server.service import BookieService
+
+DEFAULT_BASE_PORT = 3181
+
+
+def register(root: typer.Typer) -> None:
+    root.command("sandbox")(sandbox)
+
+
+def default_data_dir() -> Path:
+    home = os.environ.get("BKCTL_HOME")
+    return Path(home) / "sandbox" if home else Path("bkctl-sandbox")
+
+
+def sandbox(
+    bookies: Annotated[
+        int, typer.Option("--bookies", "-n", min=1, max=limits.SANDBOX_BOOKIES_MAX, help="Bookies.")
+    ] = 3,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--data-dir",
+            "-d",
+            help="Bookie data (and SQLite metadata); default ./bkctl-sandbox or $BKCTL_HOME/sandbox.",
+            show_default=False,
+        ),
+    ] = None,
+    metadata: Annotated[
+        str | None,
+        typer.Option(
+            "--metadata",
+            help="Metadata store URI (default: sqlite://<data dir>/metadata.db).",
+            show_default=False,
+        ),
+    ] = None,
+    base_port: Annotated[
+        int | None,
+        typer.Option(
+            "--base-port",
+            min=0,
+            max=65535 - limits.SANDBOX_BOOKIES_MAX,
+            help="Bookie i listens on base + i - 1 (default 3181; 0: any free ports, not restartable; "
+            "--demo defaults to 0).",
+            show_default=False,
+        ),
+    ] = None,
+    processes: Annotated[
+        bool,
+        typer.Option("--processes", help="Run each bookie in its own process (for benchmarks)."),
+    ] = False,
+    demo: Annotated[
+        bool, typer.Option("--demo", help="Write, read back, check and fence a ledger, print it, stop.")
+    ] = False,
+    output: OutputOption = None,
+) -> None:
+    """Start a local cluster: N bookies on an embedded SQLite store; stays up until Ctrl-C / SIGTERM.
+
+    Prints `export BKCTL_METADATA=...` and the bookie ids; other terminals use them to run commands.
+    """
+    fmt = resolve(output)
+    root = (data_dir or default_data_dir()).absolute()
+    uri = metadata or f"sqlite://{root / 'metadata.db'}"
+    port = base_port if base_port is not None else (0 if demo else DEFAULT_BASE_PORT)
+    root.mkdir(parents=True, exist_ok=True)
+    _init_cluster(uri)
+    _Sandbox(root, uri, bookies, port, fmt, demo, processes).run()
+
+
+def _init_cluster(uri: str) -> None:
+    """`cluster init` on first use; an existing cluster is kept."""
+    from bkctl.commands.options import open_layout
+
+    with open_layout(uri, initialized=False) as layout:
+        if layout.instance_id() is None:
+            instance = layout.init_cluster()
+            message(f"cluster initialized (instance id {instance})")
+
+
+class _Sandbox:
+    def __init__(
+        self,
+        root: Path,
+        uri: str,
+        count: int,
+        base_port: int,
+        fmt: OutputFormat,
+        demo: bool,
+        processes: bool,
+    ) -> None:
+        self.root, self.uri, self.count, self.base_port = root, uri, count, base_port
+        self.fmt, self.demo = fmt, demo
+        self.services: list[BookieService] = []
+        self.processes = processes
+        self.children: list[Any] = []
+        self.child_ids: list[str] = []
+        self.failure: list[BaseException] = []
+
+    def run(self) -> None:
+        from twisted.internet import reactor as the_reactor
+
+        reactor: Any = the_reactor
+        self.reactor = reactor
+        if self.processes:
+            from bkctl.commands.sandbox_procs import start_children
+
+            self.children, self.child_ids = start_children(self.root, self.uri, self.count, self.base_port)
+        reactor.callWhenRunning(lambda: self._go().addErrback(self._failed))
+        reactor.addSystemEventTrigger("before", "shutdown", self._stop_all)
+        reactor.run()
+        if self.failure:
+            error = self.failure[0]
+            if isinstance(error, BkctlError):
+                raise error
+            raise BkctlError(f"sandbox failed: {type(error).__name__}: {error}") from error
+        message("sandbox stopped")
+
+    def _go(self) -> Any:
+        from twisted.internet import defer
+
+        return defer.ensureDeferred(self._start_and_maybe_demo())
+
+    def _failed(self, failure: Any) -> None:
+        self.failure.append(failure.value)
+        if self.reactor.running:
+            self.reactor.stop()
+
+    async def _start_and_maybe_demo(self) -> None:
+        if not self.processes:
+            for index in range(1, self.count + 1):
+                self.services.append(await self._start_bookie(index))
+        ids = self.child_ids or [str(s.bookie_id) for s in self.services]
+        self._announce(ids)
+        if self.demo:
+            from bkctl.commands.sandbox_demo import run_demo
+
+            await run_demo(self.reactor, self.uri, self.fmt)
+            self.reactor.stop()
+        else:
+            message("sandbox running; Ctrl-C stops it")
+
+    async def _start_bookie(self, index: int) -> BookieService:
+        from bkctl.server.config import load_config
+        from bkctl.server.service import BookieService
+
+        base = self.root / f"bookie-{index}"
+        port = 0 if self.base_port == 0 else self.base_port + index - 1
+        config = load_config(
+            {
+                "bookiePort": str(port),
+                "journalDirectories": str(base / "journal"),
+                "ledgerDirectories": str(base / "ledgers"),
+                "journalPreAllocSizeMB": "4",
+            }
+        )
+        service = BookieService(config, self.uri, self.reactor)
+        await service.start()
+        return service
+
+    def _announce(self, ids: list[str]) -> None:
+        document = {"metadata_uri": self.uri, "data_dir": str(self.root), "bookies": ids}
+        if self.fmt is OutputFormat.json:
+            # stdout holds one JSON value (the demo's document, with --demo): the line goes to stderr.
+            message(f"export BKCTL_METADATA={self.uri}")
+            if not self.demo:
+                write_mapping(document, self.fmt)
+            return
+        write_text(f"export BKCTL_METADATA={self.uri}")
+        write_mapping({"data_dir": str(self.root), "bookies": ",".join(ids)}, self.fmt)
+
+    def _stop_all(self) -> Any:
+        from twisted.internet import defer
+
+        stopping = defer.gatherResults([s.stop() for s in self.services], consumeErrors=True)
+        if self.children:
+            from twisted.internet import threads
+
+            from bkctl.commands.sandbox_procs import stop_children
+
+            stopping.addBoth(lambda _: threads.deferToThread(stop_children, self.children))
+        return stopping

@@ -1,0 +1,85 @@
+"""A `bkctl sandbox` subprocess for command tests, and running `python -m bkctl ...` against it.
+
+Every wait is bounded: the sandbox must announce itself within WAIT_S, each command must finish
+within COMMAND_S, and a stop must end the process within WAIT_S."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from tests.conftest import REPO
+
+WAIT_S = 30.0
+COMMAND_S = 60.0
+
+
+class Sandbox:
+    def __init__(self, data_dir: Path, *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bkctl", "sandbox", "--data-dir", str(data_dir), "-o", "json", *args],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "BKCTL_METADATA": ""},
+        )
+        self.out: list[str] = []
+        self.err: list[str] = []
+        for stream, sink in ((self.proc.stdout, self.out), (self.proc.stderr, self.err)):
+            threading.Thread(target=_drain, args=(stream, sink), daemon=True).start()
+
+    def wait_ready(self) -> dict[str, object]:
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            if self.out:
+                document: dict[str, object] = json.loads(self.out[0])
+                return document
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.kill()
+        raise AssertionError(f"sandbox did not start:\n{''.join(self.err)}")
+
+    def stop(self, sig: int = signal.SIGINT) -> int:
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(WAIT_S)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"sandbox did not stop:\n{''.join(self.err)}") from None
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(WAIT_S)
+
+
+def _drain(stream: object, sink: list[str]) -> None:
+    for line in stream:  # type: ignore[attr-defined]
+        sink.append(line)
+
+
+def bkctl(
+    *args: str, metadata: str | None = None, stdin: str | None = None, timeout_s: float = COMMAND_S
+) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ}
+    env.pop("BKCTL_OUTPUT", None)
+    if metadata is not None:
+        env["BKCTL_METADATA"] = metadata
+    return subprocess.run(
+        [sys.executable, "-m", "bkctl", *args],
+        cwd=REPO,
+        input=stdin if stdin is not None else "",
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout_s,
+        check=False,
+    )

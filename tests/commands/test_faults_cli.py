@@ -1,0 +1,60 @@
+"""A bookie killed (SIGKILL) in the middle of `bkctl ledger write`: the writer replaces it (ensemble
+change), finishes with exit 0, and every entry reads back."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.commands.sandbox_proc import WAIT_S, Sandbox, bkctl
+from tests.conftest import REPO
+
+ENTRIES = 20_000
+
+
+def bookie_pids(sandbox_pid: int) -> dict[str, int]:
+    """Child bookie processes of a `sandbox --processes`, by the port file they were given."""
+    children = Path(f"/proc/{sandbox_pid}/task/{sandbox_pid}/children").read_text().split()
+    found = {}
+    for pid in map(int, children):
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        port_file = Path(args[args.index(b"--port-file") + 1].decode())
+        found[f"127.0.0.1:{int(port_file.read_text())}"] = pid
+    return found
+
+
+def test_bookie_killed_mid_write_loses_no_acknowledged_entry(tmp_path: Path) -> None:
+    sandbox = Sandbox(tmp_path / "sb", "--processes", "--bookies", "4", "--base-port", "0")
+    try:
+        uri = str(sandbox.wait_ready()["metadata_uri"])
+        pids = bookie_pids(sandbox.proc.pid)
+        writer = subprocess.Popen(
+            [sys.executable, "-m", "bkctl", "ledger", "write", "--entries", str(ENTRIES), "--size", "1024",
+             "-o", "json"],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "BKCTL_METADATA": uri},
+        )  # fmt: skip
+        assert writer.stderr is not None
+        created = writer.stderr.readline()  # "ledger N created on a,b,c"
+        assert "created on" in created, created
+        victim = created.split()[-1].split(",")[0]
+        time.sleep(0.3)  # some adds acknowledged, many still to go
+        os.kill(pids[victim], signal.SIGKILL)
+        out, err = writer.communicate(timeout=WAIT_S * 2)
+        assert writer.returncode == 0, created + err
+        result = json.loads(out)
+        assert (result["entries_written"], result["last_entry_id"]) == (ENTRIES, ENTRIES - 1)
+        ledger = str(result["ledger_id"])
+        info = json.loads(bkctl("ledger", "inspect", ledger, "-o", "json", metadata=uri).stdout)
+        assert info["state"] == "CLOSED" and info["last_entry_id"] == ENTRIES - 1
+        assert len(info["segments"]) >= 2 and victim not in info["segments"][-1]["ensemble"]
+        read = bkctl("ledger", "read", ledger, "-o", "plain", metadata=uri)
+        assert read.returncode == 0, read.stderr
+        assert [line.split("\t")[0] for line in read.stdout.splitlines()] == [str(i) for i in range(ENTRIES)]
+    finally:
+        sandbox.stop()

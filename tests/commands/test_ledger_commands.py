@@ -1,0 +1,213 @@
+"""`bkctl ledger create|write|read|fence|delete|simpletest` and `bkctl bookie sanity` as subprocesses
+against a real 3-bookie `bkctl sandbox` (one per module), with their exit codes."""
+
+from __future__ import annotations
+
+import base64
+import json
+import signal
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bkctl.commands.ledger_options import TEMPLATE_DEFAULT, payload
+from bkctl.metadata.layout import Layout
+from bkctl.metadata.sqlite import SqliteStore
+from tests.commands.sandbox_proc import Sandbox, bkctl
+
+
+class Cluster:
+    def __init__(self, uri: str, bookies: list[str]) -> None:
+        self.uri = uri
+        self.bookies = bookies
+
+    def run(self, *args: str, stdin: str | None = None) -> tuple[int, str, str]:
+        done = bkctl(*args, metadata=self.uri, stdin=stdin)
+        return done.returncode, done.stdout, done.stderr
+
+    def json(self, *args: str, stdin: str | None = None) -> object:
+        code, out, err = self.run(*args, "-o", "json", stdin=stdin)
+        assert code == 0, err
+        return json.loads(out)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    sandbox = Sandbox(tmp_path_factory.mktemp("sandbox"), "--bookies", "3", "--base-port", "0")
+    try:
+        ready = sandbox.wait_ready()
+        yield Cluster(str(ready["metadata_uri"]), list(ready["bookies"]))  # type: ignore[call-overload]
+    finally:
+        code = sandbox.stop(signal.SIGINT)
+    # Ctrl-C is the documented way to stop a sandbox: a clean stop, exit 0, bookies unregistered.
+    assert code == 0, "".join(sandbox.err)
+    assert "sandbox stopped" in "".join(sandbox.err)
+
+
+def test_write_then_read_round_trip_in_every_format(cluster: Cluster) -> None:
+    written = cluster.json("ledger", "write", "--entries", "300", "--size", "1024")
+    assert isinstance(written, dict)
+    assert set(written) == {"ledger_id", "entries_written", "last_entry_id"}
+    assert (written["entries_written"], written["last_entry_id"]) == (300, 299)
+    ledger = written["ledger_id"]
+    entries = cluster.json("ledger", "read", str(ledger))
+    assert isinstance(entries, list) and len(entries) == 300
+    assert set(entries[0]) == {"entry_id", "payload_base64"}
+    for item in entries:
+        data = base64.b64decode(item["payload_base64"])
+        assert data == payload(ledger, item["entry_id"], TEMPLATE_DEFAULT, 1024)
+    code, out, _ = cluster.run("ledger", "read", str(ledger), "--first", "10", "--last", "12", "-o", "plain")
+    assert code == 0
+    lines = out.splitlines()
+    assert [line.split("\t")[:2] for line in lines] == [["10", "1024"], ["11", "1024"], ["12", "1024"]]
+    code, out, _ = cluster.run("ledger", "read", str(ledger), "--first", "5", "--last", "5", "-o", "table")
+    assert code == 0 and out.splitlines()[0].split() == ["ENTRY", "SIZE", "PAYLOAD"]
+    inspected = cluster.json("ledger", "inspect", str(ledger))
+    assert isinstance(inspected, dict)
+    assert (inspected["state"], inspected["last_entry_id"], inspected["length"]) == (
+        "CLOSED",
+        299,
+        300 * 1024,
+    )
+
+
+def test_template_and_as_text(cluster: Cluster) -> None:
+    written = cluster.json("ledger", "write", "--entries", "3", "--template", "id {ledger}/{entry}")
+    assert isinstance(written, dict)
+    ledger = written["ledger_id"]
+    got = cluster.json("ledger", "read", str(ledger), "--as-text")
+    assert got == [{"entry_id": i, "payload": f"id {ledger}/{i}"} for i in range(3)]
+    code, _, err = cluster.run("ledger", "write", "--entries", "1", "--template", "{nope}")
+    assert code == 2 and "--template" in err
+
+
+def test_from_file_and_stdin(cluster: Cluster, tmp_path: Path) -> None:
+    source = tmp_path / "lines.txt"
+    source.write_bytes(b"first\n\nthird line\r\nlast")
+    written = cluster.json("ledger", "write", "--from-file", str(source))
+    assert isinstance(written, dict) and written["entries_written"] == 4
+    got = cluster.json("ledger", "read", str(written["ledger_id"]), "--as-text")
+    assert [e["payload"] for e in got] == ["first", "", "third line", "last"]  # type: ignore[union-attr, index]
+    written = cluster.json("ledger", "write", "--from-file", "-", stdin="a\nb\n")
+    assert isinstance(written, dict) and (written["entries_written"], written["last_entry_id"]) == (2, 1)
+    code, _, err = cluster.run("ledger", "write", "--from-file", str(tmp_path / "missing"))
+    assert code == 4 and "missing" in err
+    code, _, err = cluster.run("ledger", "write", "--entries", "3", "--from-file", str(source))
+    assert code == 2
+
+
+def test_no_close_then_fence_then_fence_again(cluster: Cluster) -> None:
+    written = cluster.json("ledger", "write", "--entries", "50", "--no-close", "--password", "s3cret")
+    assert isinstance(written, dict)
+    ledger = str(written["ledger_id"])
+    # Without recovery the reader sees up to the LAC the bookies know, and fences nothing.
+    state = cluster.json("ledger", "inspect", ledger)
+    assert isinstance(state, dict) and state["state"] == "OPEN"
+    code, out, _ = cluster.run("ledger", "read", ledger, "--password", "s3cret", "-o", "plain")
+    assert code == 0 and len(out.splitlines()) <= 50
+    assert cluster.json("ledger", "inspect", ledger)["state"] == "OPEN"  # type: ignore[index]
+    fenced = cluster.json("ledger", "fence", ledger, "--password", "s3cret")
+    length = sum(len(payload(int(ledger), i, TEMPLATE_DEFAULT, None)) for i in range(50))
+    assert fenced == {"ledger_id": int(ledger), "state": "CLOSED", "last_entry_id": 49, "length": length}
+    code, out, err = cluster.run("ledger", "fence", ledger, "--password", "s3cret", "-o", "json")
+    assert code == 11 and json.loads(out)["last_entry_id"] == 49 and "already closed" in err
+    entries = cluster.json("ledger", "read", ledger, "--password", "s3cret", "--as-text")
+    assert [e["entry_id"] for e in entries] == list(range(50))  # type: ignore[union-attr, index]
+
+
+def test_read_recovery_flag_closes_an_open_ledger(cluster: Cluster) -> None:
+    written = cluster.json("ledger", "write", "--entries", "5", "--no-close")
+    assert isinstance(written, dict)
+    ledger = str(written["ledger_id"])
+    got = cluster.json("ledger", "read", ledger, "--recovery", "--as-text")
+    assert [e["entry_id"] for e in got] == [0, 1, 2, 3, 4]  # type: ignore[union-attr, index]
+    assert cluster.json("ledger", "inspect", ledger)["state"] == "CLOSED"  # type: ignore[index]
+
+
+def test_read_from_one_bookie_shows_its_copies_past_the_lac(cluster: Cluster) -> None:
+    written = cluster.json(
+        "ledger", "write", "--entries", "6", "--no-close", "-E", "3", "-Qw", "3", "-Qa", "2"
+    )
+    assert isinstance(written, dict)
+    ledger = str(written["ledger_id"])
+    bookie = cluster.bookies[0]
+    code, out, err = cluster.run("ledger", "read", ledger, "--bookie", bookie, "--as-text", "-o", "plain")
+    assert code == 0, err
+    # Qw = E: every bookie holds every entry, including the unconfirmed tail.
+    assert [line.split("\t")[0] for line in out.splitlines()] == [str(i) for i in range(6)]
+    code, _, _ = cluster.run("ledger", "read", ledger, "--bookie", bookie, "--recovery")
+    assert code == 2
+
+
+def test_errors_have_their_exit_codes(cluster: Cluster) -> None:
+    code, _, err = cluster.run("ledger", "read", "987654")
+    assert code == 4 and "987654" in err and "Traceback" not in err
+    code, _, err = cluster.run("ledger", "fence", "987654")
+    assert code == 4
+    written = cluster.json("ledger", "write", "--entries", "2", "--password", "right")
+    assert isinstance(written, dict)
+    code, _, err = cluster.run("ledger", "read", str(written["ledger_id"]), "--password", "wrong")
+    assert code == 9 and "password" in err
+    code, _, err = cluster.run("ledger", "write", "--entries", "1", "-E", "5", "-Qw", "2", "-Qa", "2")
+    assert code == 6 and "bookies" in err
+    code, _, err = cluster.run("ledger", "write", "--entries", "1", "-E", "2", "-Qw", "3", "-Qa", "2")
+    assert code == 2
+    code, _, err = cluster.run(
+        "ledger", "read", str(written["ledger_id"]), "--last", "5", "--password", "right"
+    )
+    assert code == 4 and "last add confirmed" in err
+
+
+def test_unanswering_bookie_times_out_instead_of_hanging(cluster: Cluster) -> None:
+    """A registered bookie that accepts connections and never answers: the write fails with a clear
+    error within the request timeout (no spare bookie to replace it), it does not hang."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    silent = f"127.0.0.1:{listener.getsockname()[1]}"
+    path = cluster.uri.removeprefix("sqlite://")
+    with SqliteStore(path) as store:
+        Layout(store).register_bookie(silent)
+        try:
+            code, _, err = cluster.run(
+                "ledger", "write", "--entries", "20", "-E", "4", "-Qw", "4", "-Qa", "4", "--timeout-ms", "500"
+            )
+        finally:
+            Layout(store).unregister_bookie(silent)
+            listener.close()
+    assert code == 6, err
+    assert "acknowledged" in err and "Traceback" not in err
+
+
+def test_create_then_delete(cluster: Cluster) -> None:
+    created = cluster.json("ledger", "create", "-E", "2", "-Qw", "2", "-Qa", "1", "--digest", "mac")
+    assert isinstance(created, dict) and len(created["ensemble"]) == 2
+    ledger = str(created["ledger_id"])
+    info = cluster.json("ledger", "inspect", ledger)
+    assert isinstance(info, dict) and (info["state"], info["digest"]) == ("OPEN", "MAC")
+    code, _, err = cluster.run("ledger", "delete", ledger)
+    assert code == 2 and "--yes" in err
+    code, _, _ = cluster.run("ledger", "delete", ledger, "--yes")
+    assert code == 0
+    code, _, _ = cluster.run("ledger", "inspect", ledger)
+    assert code == 4
+    code, _, _ = cluster.run("ledger", "delete", ledger, "--yes")
+    assert code == 4
+
+
+def test_simpletest_and_bookie_sanity(cluster: Cluster) -> None:
+    code, out, err = cluster.run("ledger", "simpletest", "-n", "100", "-o", "json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert (result["entries_written"], result["entries_read"], result["last_entry_id"]) == (100, 100, 99)
+    assert f"100 entries written to ledger {result['ledger_id']}" in err
+    code, _, _ = cluster.run("ledger", "inspect", str(result["ledger_id"]))
+    assert code == 4  # simpletest deletes its ledger
+    rows = cluster.json("bookie", "sanity")
+    assert isinstance(rows, list)
+    assert sorted(r["bookie_id"] for r in rows) == sorted(cluster.bookies)
+    assert all(r["ok"] and r["entries"] == 10 for r in rows)
+    code, out, err = cluster.run("bookie", "sanity", "--bookie", "127.0.0.1:1", "-t", "0.5", "-o", "json")
+    assert code == 6 and json.loads(out)[0]["ok"] is False
