@@ -91,6 +91,9 @@ CLIENT_ENSEMBLE_CHANGES_MAX: Final = 16
 CLIENT_METADATA_CAS_MAX: Final = 100
 # Entries recovery reads past the LAC before it gives up (a writer never has more outstanding).
 CLIENT_RECOVERY_ENTRIES_MAX: Final = 1_000_000
+# Recovery reads in flight past the LAC (BookKeeper's recoveryReadBatchSize idea); 1 = one at a time.
+CLIENT_RECOVERY_READS_IN_FLIGHT: Final = 32
+CLIENT_RECOVERY_READS_IN_FLIGHT_MAX: Final = 1_024
 # `ledger write`: entries per add_many call and such calls in flight; `ledger read`: entries per read call.
 CLI_WRITE_CHUNK_ENTRIES: Final = 1_000
 CLI_WRITE_CHUNKS_IN_FLIGHT: Final = 4

@@ -7,7 +7,10 @@ then swallowed instead of being taken for the reply to a newer request with the 
 
 Hot path: no Deferred per request (a plain `callback(rc, body)`), one timer per connection (requests
 share one timeout, so deadlines are in send order and the timer only ever watches the oldest), and the
-frames of one reactor tick go out in a single `writeSequence`.
+frames of one reactor tick go out in a single `writeSequence`. Adds arrive already framed (`add_frame`):
+the ledger builds one frame per entry and hands the same bytes object to every bookie of its write set.
+Replies are cut from the receive buffer in one loop; add responses (the bulk) are matched straight from
+the unpacked header without building a response object.
 
 Client-side failures use negative codes beside the bookie's return codes: `RC_TIMEOUT` (no reply in
 time) and `RC_UNAVAILABLE` (cannot connect, connection lost, in reconnect backoff, closed).
@@ -16,6 +19,7 @@ time) and `RC_UNAVAILABLE` (cannot connect, connection lost, in reconnect backof
 from __future__ import annotations
 
 import logging
+import struct
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -41,6 +45,13 @@ _ADD = int(wire.OpCode.ADD_ENTRY)
 _READ = int(wire.OpCode.READ_ENTRY)
 _ADD_RESPONSE = wire.AddResponse
 _READ_RESPONSE = wire.ReadResponse
+# Length prefix + response header (header int, rc, ledger id, entry id): an add response is exactly this.
+_REPLY_HEAD = struct.Struct(">iIiqq")
+_REPLY_HEAD_SIZE = _REPLY_HEAD.size
+_ADD_REPLY_SIZE = _REPLY_HEAD_SIZE - wire.LENGTH_PREFIX_SIZE
+_FRAME_MIN = wire.HEADER_SIZE
+_FRAME_MAX = limits.FRAME_SIZE_MAX
+_PREFIX = struct.Struct(">i")
 
 
 def rc_text(rc: int) -> str:
@@ -136,7 +147,7 @@ class BookieClient:
         self._timer: Any = None
         self._out: list[bytes] = []
         self._flush_call: Any = None
-        self._decoder = wire.FrameDecoder()
+        self._buffer = bytearray()
         self._lost_waiters: list[Deferred[None]] = []
         self.connects = 0  # successful connections, for tests and metrics
 
@@ -146,8 +157,14 @@ class BookieClient:
         self, entry: bytes, master_key: bytes, flags: int, ledger_id: int, entry_id: int, cb: Callback
     ) -> None:
         """ADD_ENTRY of a packaged entry; `cb(rc, b"")`."""
-        payload = wire.encode_add_request(entry, master_key, flags)
-        self._send((_ADD, ledger_id, entry_id), payload, cb)
+        self.add_frame(wire.frame(wire.encode_add_request(entry, master_key, flags)), ledger_id, entry_id, cb)
+
+    def add_frame(self, framed: bytes, ledger_id: int, entry_id: int, cb: Callback) -> None:
+        """ADD_ENTRY already framed (length prefix included) for entry `entry_id`; `cb(rc, b"")`.
+
+        The bytes are written as they are, so one object can go to several bookies.
+        """
+        self._send((_ADD, ledger_id, entry_id), framed, cb)
 
     def read(
         self, ledger_id: int, entry_id: int, cb: Callback, flags: int = 0, master_key: bytes | None = None
@@ -155,9 +172,9 @@ class BookieClient:
         """READ_ENTRY; `cb(rc, stored entry)`. Entry -1 asks for the bookie's last entry."""
         key = master_key if flags & wire.FLAG_DO_FENCING else None
         payload = wire.encode_read_request(ledger_id, entry_id, flags, key)
-        self._send((_READ, ledger_id, entry_id), payload, cb)
+        self._send((_READ, ledger_id, entry_id), wire.frame(payload), cb)
 
-    def _send(self, key: Key, payload: bytes, cb: Callback) -> None:
+    def _send(self, key: Key, framed: bytes, cb: Callback) -> None:
         if self._closed or self._address is None:
             self._fail_soon(cb, RC_UNAVAILABLE)
             return
@@ -181,9 +198,8 @@ class BookieClient:
         self._in_flight += 1
         if self._timer is None:
             self._timer = self._reactor.callLater(self._timeout_s, self._expire)
-        self._out.append(wire.frame_prefix(len(payload)))
-        self._out.append(payload)
-        if self._connection is not None and self._flush_call is None:
+        self._out.append(framed)
+        if self._flush_call is None and self._connection is not None:
             self._flush_call = self._reactor.callLater(0, self._flush)
 
     def _fail_soon(self, cb: Callback, rc: int) -> None:
@@ -201,14 +217,37 @@ class BookieClient:
     def _data_received(self, connection: _Connection, data: bytes) -> None:
         if connection is not self._connection:
             return
+        buffer = self._buffer
+        buffer += data
+        end = len(buffer)
+        position = 0
+        unpack = _REPLY_HEAD.unpack_from
+        answer = self._answer
         try:
-            self._decoder.feed(data)
-            for payload in self._decoder.frames():
-                self._reply(wire.decode_response(payload))
+            while end - position >= 4:
+                if end - position >= _REPLY_HEAD_SIZE:
+                    size, header, rc, ledger_id, entry_id = unpack(buffer, position)
+                else:  # too short for an add reply: only the length matters
+                    (size,) = _PREFIX.unpack_from(buffer, position)
+                    header = 0
+                if not _FRAME_MIN <= size <= _FRAME_MAX:
+                    raise ProtocolError(f"reply frame length {size} is not {_FRAME_MIN}..{_FRAME_MAX}")
+                start = position + 4
+                if end - start < size:
+                    break
+                position = start + size
+                if size == _ADD_REPLY_SIZE and header >> 16 & 0xFF == _ADD and header >> 24:
+                    answer((_ADD, ledger_id, entry_id), rc, b"")
+                else:
+                    self._reply(wire.decode_response(bytes(buffer[start:position])))
         except ProtocolError as exc:
             log.warning("bookie %s: bad reply stream, dropping the connection: %s", self.bookie_id, exc)
+            position = end
             if connection.socket is not None:
                 connection.socket.abortConnection()
+        if position:
+            # Deleting from the front of a bytearray only moves its start pointer: no copy of the rest.
+            del buffer[:position]
 
     def _reply(self, response: wire.Response) -> None:
         kind = type(response)
@@ -221,7 +260,11 @@ class BookieClient:
         else:
             log.info("bookie %s: ignoring an unexpected %s", self.bookie_id, kind.__name__)
             return
-        queued = self._waiting.pop(key, None)
+        self._answer(key, response.rc, body)  # type: ignore[union-attr]
+
+    def _answer(self, key: Key, rc: int, body: bytes) -> None:
+        waiting = self._waiting
+        queued = waiting.pop(key, None)
         if queued is None:
             log.info("bookie %s: reply for %s that nobody waits for", self.bookie_id, key)
             return
@@ -230,7 +273,7 @@ class BookieClient:
         else:
             request = queued.popleft()  # type: ignore[union-attr]
             if queued:
-                self._waiting[key] = queued
+                waiting[key] = queued
         self._in_flight -= 1
         cb = request.callback
         request.callback = None
@@ -238,7 +281,7 @@ class BookieClient:
         while timeline and timeline[0].callback is None:
             timeline.popleft()
         if cb is not None:
-            cb(response.rc, body)  # type: ignore[union-attr]
+            cb(rc, body)
 
     def _expire(self) -> None:
         """Time out every request past its deadline; the timer then watches the next oldest one."""
@@ -271,7 +314,7 @@ class BookieClient:
             return False
         assert self._address is not None
         self._connecting = True
-        self._decoder = wire.FrameDecoder()
+        self._buffer = bytearray()
         host, port = self._address
         self._reactor.connectTCP(host, port, _Factory(self), timeout=self._connect_timeout_s)
         return True

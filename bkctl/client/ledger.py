@@ -1,9 +1,12 @@
 """Ledgers on Twisted: `Client` (create, open with or without recovery, delete) and `LedgerHandle`
 (add with ordered acks, ensemble change, read, read LAC, close). See docs/client.md.
 
-The add path is callbacks over plain objects: one `_Add` per entry (its packaged bytes, a bitmask of
-the ensemble indexes that acknowledged it, an optional Deferred), kept in entry order. An entry is
-acknowledged once Qa bookies of its write set have it *and* every earlier entry is acknowledged.
+The add path is callbacks over plain objects: one `_Add` per entry (its framed add request, a bitmask
+of the ensemble indexes that acknowledged it, an optional Deferred or plain callback), kept in entry
+order. An entry is acknowledged once Qa bookies of its write set have it *and* every earlier entry is
+acknowledged. Each entry is packaged, checksummed and framed once; the same bytes object goes to every
+bookie of its write set (and to a replacement bookie after an ensemble change). `add_callback` is the
+Deferred-free path for load generators.
 Metadata calls block (SQLite, kazoo), so they run in the reactor's thread pool.
 """
 
@@ -53,17 +56,28 @@ ADD_FLAGS = wire.FLAG_NONE
 RECOVERY_ADD_FLAGS = wire.FLAG_RECOVERY_ADD | wire.FLAG_HIGH_PRIORITY
 
 
+AddCallback = Callable[[int, "BkctlError | None"], None]
+
+
 class _Add:
-    """One entry on its way: packaged once, resent byte for byte to replacement bookies."""
+    """One entry on its way: framed once, resent byte for byte to replacement bookies."""
 
-    __slots__ = ("acks", "deferred", "entry", "entry_id", "length", "payload")
+    __slots__ = ("acks", "callback", "deferred", "entry", "entry_id", "length", "payload")
 
-    def __init__(self, entry_id: int, payload: bytes, length: int, deferred: Deferred[Any] | None) -> None:
+    def __init__(
+        self,
+        entry_id: int,
+        payload: bytes,
+        length: int,
+        deferred: Deferred[Any] | None,
+        callback: AddCallback | None = None,
+    ) -> None:
         self.entry_id = entry_id
         self.payload = payload
         self.length = length  # ledger length including this entry
         self.deferred = deferred
-        self.entry: bytes | None = None  # packaged bytes, once sent
+        self.callback = callback  # callback(entry_id, None) on ack, (entry_id, error) on failure
+        self.entry: bytes | None = None  # the framed ADD_ENTRY request, once sent
         self.acks = 0  # bitmask of ensemble indexes
 
 
@@ -103,7 +117,12 @@ class LedgerHandle:
         self._changing = False
         self._failed: dict[int, str] = {}  # ensemble index -> the bookie that failed there
         self._ensemble = list(metadata.segments[-1].ensemble)
+        self._targets: list[Any] = []  # BookieClient per ensemble index, for the add path
+        self._write_sets = [
+            tuple(self.quorum.write_set(i)) for i in range(self.quorum.ensemble_size)
+        ]  # by entry id modulo E
         self._drained: list[Deferred[None]] = []
+        self._send_call: Any = None
         self._closing: Deferred[None] | None = None
 
     # --- shape ------------------------------------------------------------------------------------
@@ -135,6 +154,31 @@ class LedgerHandle:
         self._accept([payload], deferred, single=True)
         return deferred
 
+    def add_callback(self, payload: bytes, callback: AddCallback) -> None:
+        """Append one entry without a Deferred: `callback(entry_id, None)` once it and every earlier
+        entry are acknowledged, `callback(entry_id, error)` if it fails (the entry id is -1 when the add
+        is refused before it gets one). Callbacks fire in entry order."""
+        problem = self._add_refusal_one(len(payload))
+        if problem is not None:
+            callback(-1, problem)
+            return
+        self._last_pushed += 1
+        self._length_pushed += len(payload)
+        add = _Add(self._last_pushed, payload, self._length_pushed, None, callback)
+        self._pending.append(add)
+        self._unsent.append(add)
+        self._schedule()
+
+    def _schedule(self) -> None:
+        """Acknowledge and send once per reactor tick, after every reply of the tick is counted: the
+        adds of a tick then go out in one frame-building loop and one write per bookie."""
+        if self._send_call is None:
+            self._send_call = self.client.reactor.callLater(0, self._tick)
+
+    def _tick(self) -> None:
+        self._send_call = None
+        self._advance()
+
     def add_many(self, payloads: Iterable[bytes]) -> Deferred[list[int]]:
         """Append entries in order; one Deferred, fired with their ids once the last is acknowledged."""
         items = list(payloads)
@@ -164,16 +208,18 @@ class LedgerHandle:
         self._send_more()
 
     def _add_refusal(self, payloads: list[bytes]) -> BkctlError | None:
+        return self._add_refusal_one(max(map(len, payloads)), len(payloads))
+
+    def _add_refusal_one(self, largest: int, count: int = 1) -> BkctlError | None:
         if self._error is not None:
             return type(self._error)(str(self._error))
         if self.is_closed or self._closing is not None:
             return LedgerClosedError(f"ledger {self.ledger_id} is closed")
         if not self.writable:
             return UsageError(f"ledger {self.ledger_id} was opened for reading")
-        largest = max(map(len, payloads))
         if largest > limits.ENTRY_SIZE_MAX:
             return UsageError(f"entry of {largest} bytes is over the {limits.ENTRY_SIZE_MAX}-byte limit")
-        if len(self._unsent) + len(payloads) > limits.CLIENT_ADDS_WAITING_MAX:
+        if len(self._unsent) + count > limits.CLIENT_ADDS_WAITING_MAX:
             return UnavailableError(
                 f"ledger {self.ledger_id}: more than {limits.CLIENT_ADDS_WAITING_MAX} adds waiting to be sent"
             )
@@ -205,28 +251,40 @@ class LedgerHandle:
             return
         unsent = self._unsent
         window = limits.CLIENT_ADDS_IN_FLIGHT_MAX - (len(self._pending) - len(unsent))
-        while unsent and window > 0:
-            add = unsent.popleft()
-            add.entry = package_entry(
-                self.digest,
-                self.ledger_id,
-                add.entry_id,
-                self.last_add_confirmed,
-                add.length,
-                add.payload,
-                self.mac,
-            )
-            for index in self.quorum.write_set(add.entry_id):
-                self._send(add, index)
-            window -= 1
+        if not unsent or window <= 0:
+            return
+        # The hot loop: locals only. One package + CRC + frame per entry, the same bytes to each copy.
+        targets = self._bookie_targets()
+        write_sets = self._write_sets
+        ensemble_size = len(write_sets)
+        digest, ledger_id, lac, mac = self.digest, self.ledger_id, self.last_add_confirmed, self.mac
+        key, flags = self.master_key, self.add_flags
+        done = self._add_done
+        encode, frame = wire.encode_add_request, wire.frame
+        popleft = unsent.popleft
+        for _ in range(min(window, len(unsent))):
+            add = popleft()
+            entry_id = add.entry_id
+            packaged = package_entry(digest, ledger_id, entry_id, lac, add.length, add.payload, mac)
+            framed = add.entry = frame(encode(packaged, key, flags))
+            for index in write_sets[entry_id % ensemble_size]:
+                target, bookie = targets[index]
+                target.add_frame(framed, ledger_id, entry_id, partial(done, add, index, bookie))
+
+    def _bookie_targets(self) -> list[Any]:
+        """(BookieClient, bookie id) per index of the current ensemble, cached until it changes."""
+        ensemble = self._ensemble
+        targets = self._targets
+        if len(targets) != len(ensemble) or any(t[1] != b for t, b in zip(targets, ensemble, strict=True)):
+            pool = self.client.bookies
+            targets = self._targets = [(pool.get(bookie), bookie) for bookie in ensemble]
+        return targets
 
     def _send(self, add: _Add, index: int) -> None:
         bookie = self._ensemble[index]
         assert add.entry is not None
         done = partial(self._add_done, add, index, bookie)
-        self.client.bookies.get(bookie).add(
-            add.entry, self.master_key, self.add_flags, self.ledger_id, add.entry_id, done
-        )
+        self.client.bookies.get(bookie).add_frame(add.entry, self.ledger_id, add.entry_id, done)
 
     def _add_done(self, add: _Add, index: int, bookie: str, rc: int, _: bytes) -> None:
         if self._error is not None or add.entry_id <= self.last_add_confirmed:
@@ -236,7 +294,7 @@ class LedgerHandle:
         if rc == _EOK:
             add.acks |= 1 << index
             if add is self._pending[0] and add.acks.bit_count() >= self.quorum.ack_quorum:
-                self._advance()
+                self._schedule()
             return
         what = f"add of ledger {self.ledger_id} entry {add.entry_id} to {bookie}"
         if rc == _EFENCED:
@@ -252,18 +310,23 @@ class LedgerHandle:
         pending = self._pending
         quorum = self.quorum.ack_quorum
         fired: list[_Add] = []
+        popleft = pending.popleft
+        head = None
         while pending and not self._changing and pending[0].entry is not None:
-            head = pending[0]
-            if head.acks.bit_count() < quorum:
+            if pending[0].acks.bit_count() < quorum:
                 break
-            pending.popleft()
+            head = popleft()
+            if head.deferred is not None or head.callback is not None:
+                fired.append(head)
+        if head is not None:
             self.last_add_confirmed = head.entry_id
             self.length = head.length
-            if head.deferred is not None:
-                fired.append(head)
         for add in fired:
-            assert add.deferred is not None
-            add.deferred.callback(add.entry_id)
+            if add.callback is not None:
+                add.callback(add.entry_id, None)
+            else:
+                assert add.deferred is not None
+                add.deferred.callback(add.entry_id)
         if not pending:
             self._notify_drained()
         self._send_more()
@@ -273,11 +336,15 @@ class LedgerHandle:
         if self._error is not None:
             return
         self._error = error
-        failed = [add.deferred for add in self._pending if add.deferred is not None]
+        failed = [add for add in self._pending if add.deferred is not None or add.callback is not None]
         self._pending.clear()
         self._unsent.clear()
-        for deferred in failed:
-            deferred.errback(type(error)(str(error)))
+        for add in failed:
+            if add.callback is not None:
+                add.callback(add.entry_id, type(error)(str(error)))
+            else:
+                assert add.deferred is not None
+                add.deferred.errback(type(error)(str(error)))
         self._notify_drained()
 
     def _notify_drained(self) -> None:
@@ -483,6 +550,7 @@ class Client:
         *,
         rng: random.Random | None = None,
         bookies: BookieClients | None = None,
+        recovery_reads_in_flight: int = limits.CLIENT_RECOVERY_READS_IN_FLIGHT,
         **bookie_options: int,
     ) -> None:
         if reactor is None:
@@ -493,6 +561,8 @@ class Client:
         self.reactor = reactor
         self.rng = rng or random.Random()
         self.bookies = bookies or BookieClients(reactor, **bookie_options)
+        # Recovery reads kept in flight past the LAC; 1 reproduces a one-at-a-time reader's frames.
+        self.recovery_reads_in_flight = recovery_reads_in_flight
 
     def in_thread(self, function: Callable[..., T], *args: Any) -> Deferred[T]:
         """Blocking metadata work, off the reactor thread."""

@@ -7,9 +7,12 @@ entry and close it there.
    Qw - Qa + 1 answers (OK / NoSuchEntry / NoSuchLedger). Those bookies refuse the writer's adds from
    now on, so no write quorum can give it Qa acks again. LAC = max(highest LAC carried by the entries
    returned, first entry of the last segment - 1).
-3. Read forward from LAC + 1 (recovery reads: fencing, high priority), one entry at a time through
-   its write set, until an entry is missing (Qw - Qa + 1 bookies say it does not exist); write back
-   each entry found with RECOVERY_ADD so Qa bookies have it.
+3. Read forward from LAC + 1 (recovery reads: fencing, high priority), each entry through its write
+   set, with a window of `Client.recovery_reads_in_flight` entries in flight, until an entry is
+   missing (Qw - Qa + 1 bookies say it does not exist); results are taken in entry order, and each
+   entry found is written back with RECOVERY_ADD (pipelined, in order) so Qa bookies have it. Reads
+   past the first missing entry are ignored (and never written back), so the window changes only
+   how fast recovery goes, not where it ends.
 4. CAS to CLOSED at the last entry found. A concurrent recovery that closed it first wins: both reach
    the same last entry, so we take its metadata.
 """
@@ -24,7 +27,7 @@ from twisted.internet import defer
 from twisted.python.failure import Failure
 
 from bkctl import limits
-from bkctl.client.reads import LastConfirmedRead, RecoveryRead
+from bkctl.client.reads import LastConfirmedRead, LedgerEntry, RecoveryRead
 from bkctl.errors import BadVersionError, BkctlError, ConflictError, UnavailableError
 from bkctl.model import LedgerState
 
@@ -85,21 +88,73 @@ async def _mark_in_recovery(handle: LedgerHandle) -> bool:
 
 
 async def _read_forward(handle: LedgerHandle, ensemble: list[str], first: int) -> list[defer.Deferred[int]]:
-    """Recovery-read from `first` until an entry is missing; write back each one found.
+    """Recovery-read from `first` until an entry is missing; write back each one found, in order."""
+    window = max(1, min(handle.client.recovery_reads_in_flight, limits.CLIENT_RECOVERY_READS_IN_FLIGHT_MAX))
+    return await _ForwardReader(handle, ensemble, first, window).run()
 
-    The next read goes out before the write-back of the entry just found, as BookKeeper orders them.
+
+class _ForwardReader:
+    """Keeps `window` RecoveryReads in flight and consumes their results strictly in entry order.
+
+    With a window of 1 the frames are those of a one-at-a-time reader: the next read goes out before
+    the write-back of the entry just found, as BookKeeper orders them.
     """
-    written: list[defer.Deferred[int]] = []
-    entry = await RecoveryRead(handle, ensemble, first).start()
-    for _ in range(limits.CLIENT_RECOVERY_ENTRIES_MAX):
-        if entry is None:
-            return written
-        following = RecoveryRead(handle, ensemble, entry.entry_id + 1).start()
-        written.append(handle.recovery_add(entry))
-        entry = await following
-    raise UnavailableError(
-        f"ledger {handle.ledger_id}: more than {limits.CLIENT_RECOVERY_ENTRIES_MAX} entries past the LAC"
-    )
+
+    def __init__(self, handle: LedgerHandle, ensemble: list[str], first: int, window: int) -> None:
+        self.handle, self.ensemble, self.window = handle, ensemble, window
+        self.next_read = first  # next entry id to ask for
+        self.next_take = first  # next entry id to consume
+        self.results: dict[int, LedgerEntry | Failure | None] = {}
+        self.written: list[defer.Deferred[int]] = []
+        self.done: defer.Deferred[list[defer.Deferred[int]]] = defer.Deferred()
+        self.stopped = False
+        self.limit = first + limits.CLIENT_RECOVERY_ENTRIES_MAX
+
+    def run(self) -> defer.Deferred[list[defer.Deferred[int]]]:
+        self._fill()
+        return self.done
+
+    def _fill(self) -> None:
+        while not self.stopped and self.next_read - self.next_take < self.window:
+            if self.next_read >= self.limit:
+                if self.next_take >= self.limit:
+                    self._stop(
+                        UnavailableError(
+                            f"ledger {self.handle.ledger_id}: more than "
+                            f"{limits.CLIENT_RECOVERY_ENTRIES_MAX} entries past the LAC"
+                        )
+                    )
+                return
+            entry_id = self.next_read
+            self.next_read += 1
+            RecoveryRead(self.handle, self.ensemble, entry_id).start().addBoth(self._arrived, entry_id)
+
+    def _arrived(self, result: LedgerEntry | Failure | None, entry_id: int) -> None:
+        if self.stopped:
+            return  # past the end (or after a failure): ignored, as a sequential reader never asked
+        self.results[entry_id] = result
+        while not self.stopped and self.next_take in self.results:
+            taken = self.results.pop(self.next_take)
+            if taken is None:
+                self._stop(None)
+                return
+            if isinstance(taken, Failure):
+                self._stop(taken)
+                return
+            self.next_take += 1
+            self._fill()  # the next read goes out before this entry's write-back
+            self.written.append(self.handle.recovery_add(taken))
+        self._fill()
+
+    def _stop(self, error: BaseException | Failure | None) -> None:
+        self.stopped = True
+        self.results.clear()
+        if error is None:
+            self.done.callback(self.written)
+            return
+        for written in self.written:
+            written.addErrback(lambda _: None)
+        self.done.errback(error)
 
 
 async def _length_at(handle: LedgerHandle, entry_id: int, fallback: int) -> int:
