@@ -21,7 +21,7 @@ from typing import Final
 from bkctl import limits
 from bkctl.errors import CorruptDataError, ProtocolError
 from bkctl.protocol import entrylog_format as ef
-from bkctl.server.fileio import write_all
+from bkctl.server.fileio import drop_cached, write_all
 
 log = logging.getLogger("bkctl.bookie")
 
@@ -83,6 +83,7 @@ class EntryLogWriter:
         self._executor: ThreadPoolExecutor | None = None
         self._buffer_offset = 0
         self._sizes: dict[int, int] = {}
+        self._dropped_to = 0  # the current log's bytes before this are out of the page cache
         self.rotations = 0
 
     @property
@@ -99,6 +100,7 @@ class EntryLogWriter:
         os.pwrite(self._fd, ef.encode_header(ef.EntryLogHeader(ef.HEADER_V1)), 0)
         self.position = self._buffer_offset = ef.HEADER_SIZE
         self._sizes = {}
+        self._dropped_to = 0
         _write_last_id(path.parent, log_id)
         log.info("entry log %s opened", path)
 
@@ -125,6 +127,11 @@ class EntryLogWriter:
         self._sizes[ledger_id] = self._sizes.get(ledger_id, 0) + record_size
         return ef.entry_location(self.log_id, offset)
 
+    @property
+    def fresh(self) -> bool:
+        """Nothing written to the current log yet."""
+        return self.position <= ef.HEADER_SIZE
+
     def room(self) -> int:
         """Record bytes that still fit before rotation; a fresh log takes any record, however big."""
         if self.position <= ef.HEADER_SIZE:
@@ -149,6 +156,20 @@ class EntryLogWriter:
             self.position += part
             copied += part
 
+    def write_records(self, ledger_id: int, records: memoryview) -> int:
+        """Write one ledger's whole entry log records at `position` with one pwrite; returns that offset.
+
+        Pending buffered bytes go first. The caller made sure they fit (`room`). The big write runs
+        without the GIL, so the reactor thread keeps serving while the checkpoint copies megabytes.
+        """
+        self._write_buffer()
+        position = self.position
+        write_all(self._fd, [records], position)
+        size = len(records)
+        self.position = self._buffer_offset = position + size
+        self._sizes[ledger_id] = self._sizes.get(ledger_id, 0) + size
+        return position
+
     def count_ledger_bytes(self, sizes: dict[int, int]) -> None:
         """Add bytes written per ledger (by `append_records`) to this log's ledgers map."""
         for ledger_id, size in sizes.items():
@@ -159,6 +180,7 @@ class EntryLogWriter:
         self._write_buffer()
         if self._fd >= 0:
             os.fsync(self._fd)
+            self._dropped_to = drop_cached(self._fd, self._dropped_to, self.position)
 
     def rotate(self) -> None:
         self._write_buffer()
@@ -168,6 +190,7 @@ class EntryLogWriter:
         header = ef.EntryLogHeader(ef.HEADER_V1, map_offset, len(self._sizes))
         os.pwrite(self._fd, ef.encode_header(header), 0)
         os.fsync(self._fd)
+        drop_cached(self._fd, self._dropped_to, 1 << 62)  # the whole finished log
         os.close(self._fd)
         log.info("entry log %s rotated at %d bytes (%d ledgers)", self.path, map_offset, len(self._sizes))
         self.rotations += 1

@@ -16,7 +16,7 @@ import os
 import struct
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -126,6 +126,27 @@ class IndexStore:
 
     def write(self, ledger_id: int, header: ixf.IndexHeader | None, locations: Mapping[int, int]) -> None:
         """Write a ledger's header (when given) and the slots of `locations`, then fsync the file."""
+        self._write_file(
+            ledger_id, header, lambda fd, path: self._write_slots(fd, ledger_id, path, locations)
+        )
+
+    def write_run(
+        self, ledger_id: int, header: ixf.IndexHeader | None, first_entry_id: int, slots: bytes
+    ) -> None:
+        """Write a header (when given) and the slots of entries first_entry_id, first_entry_id + 1, ...
+
+        `slots` holds their big-endian locations back to back. Whole pages are written as they are;
+        only the (at most two) partly covered pages are merged with the slots already on disk.
+        """
+        if first_entry_id < 0:
+            raise CorruptDataError("negative entry id in index slots")
+        self._write_file(
+            ledger_id, header, lambda fd, path: self._write_run(fd, ledger_id, path, first_entry_id, slots)
+        )
+
+    def _write_file(
+        self, ledger_id: int, header: ixf.IndexHeader | None, write_slots: Callable[[int, Path], None]
+    ) -> None:
         path = self.find(ledger_id)
         created = path is None
         if path is None:
@@ -137,13 +158,28 @@ class IndexStore:
         try:
             if header is not None:
                 os.pwrite(fd, ixf.encode_header(header), 0)
-            self._write_slots(fd, ledger_id, path, locations)
+            write_slots(fd, path)
             os.fsync(fd)
         finally:
             os.close(fd)
         if created:
             fsync_directory(path.parent)
             self._paths[ledger_id] = path
+
+    def _write_run(self, fd: int, ledger_id: int, path: Path, first_entry_id: int, slots: bytes) -> None:
+        count = len(slots) // ixf.SLOT_SIZE
+        done = 0
+        while done < count:
+            page_no, slot = divmod(first_entry_id + done, ixf.SLOTS_PER_PAGE)
+            take = min(count - done, ixf.SLOTS_PER_PAGE - slot)
+            part = slots[done * ixf.SLOT_SIZE : (done + take) * ixf.SLOT_SIZE]
+            with self._lock:
+                if take < ixf.SLOTS_PER_PAGE:
+                    old = self._page(ledger_id, page_no, path, fd)
+                    part = old[: slot * ixf.SLOT_SIZE] + part + old[(slot + take) * ixf.SLOT_SIZE :]
+                os.pwrite(fd, part, ixf.HEADER_SIZE + page_no * ixf.PAGE_SIZE)
+                self._remember((ledger_id, page_no), part)
+            done += take
 
     def _write_slots(self, fd: int, ledger_id: int, path: Path, locations: Mapping[int, int]) -> None:
         for page_no in _pages_of(locations):

@@ -24,7 +24,7 @@ from typing import Any, Final
 from twisted.internet.defer import Deferred
 
 from bkctl.protocol import journal_format as jf
-from bkctl.server.fileio import write_all
+from bkctl.server.fileio import drop_cached, write_all
 from bkctl.server.metrics import StorageMetrics
 
 log = logging.getLogger("bkctl.bookie")
@@ -34,6 +34,9 @@ _INT32: Final = struct.Struct(">i")
 _OPEN_FLAGS: Final = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
 
 Mark = tuple[int, int]  # (journal id, offset): a position in the journal, as lastMark stores it
+
+# Synced journal bytes dropped from the page cache in one call (see SyncThread._drop_synced).
+_DROP_BATCH_BYTES: Final = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,8 @@ class SyncThread:
         self._call_from_thread = call_from_thread
         self._sync_data = sync_data
         self._queue: list[SyncRequest | None] = []
+        self._dropped_fd = -1  # the file whose pages before _dropped_to are out of the page cache
+        self._dropped_to = 0
         self._cond = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="bkctl-journal-sync", daemon=True)
 
@@ -115,6 +120,17 @@ class SyncThread:
             if len(requests) != len(drained):
                 return
 
+    def _drop_synced(self, requests: list[SyncRequest]) -> None:
+        """Synced journal pages leave the page cache (BookKeeper's journalRemovePagesFromCache)."""
+        for request in requests:
+            if request.fd != self._dropped_fd:
+                self._dropped_fd, self._dropped_to = request.fd, 0
+            # Once per MiB, not per fsync: the call sits between the fdatasync and the acks.
+            if request.close_after or request.mark[1] - self._dropped_to >= _DROP_BATCH_BYTES:
+                self._dropped_to = drop_cached(request.fd, self._dropped_to, request.mark[1])
+            if request.close_after:
+                self._dropped_fd = -1
+
     def _sync(self, requests: list[SyncRequest]) -> SyncBatch:
         started = time.perf_counter()
         error = None
@@ -125,6 +141,7 @@ class SyncThread:
             if self._sync_data:
                 for fd in dict.fromkeys(r.fd for r in requests):
                     os.fdatasync(fd)
+                self._drop_synced(requests)
         except OSError as exc:
             error = exc
         finally:

@@ -8,6 +8,7 @@ cache, then the cache being flushed, then index + entry log. See docs/bookie.md,
 
 from __future__ import annotations
 
+import bisect
 import logging
 import os
 import shutil
@@ -35,12 +36,13 @@ from bkctl.server.journal import JournalSettings, JournalWriter, Mark, list_jour
 from bkctl.server.metrics import StorageMetrics
 from bkctl.server.replay import ReplayReport, replay
 from bkctl.server.replay_runs import ReplayRuns
-from bkctl.server.write_cache import WriteCache
+from bkctl.server.write_cache import SIZE_PREFIX, LedgerBuffer, WriteCache, shifted_slots
 
 log = logging.getLogger("bkctl.bookie")
 
 MiB: Final = 1024 * 1024
 _KEY: Final = struct.Struct(">qq")
+_SLOT: Final = struct.Struct(">q")
 _EOK: Final = int(ReturnCode.EOK)
 _EBADREQ: Final = int(ReturnCode.EBADREQ)
 _EUA: Final = int(ReturnCode.EUA)
@@ -53,6 +55,9 @@ _LAST_ENTRY_ID: Final = -1
 # Replay indexes what it wrote once it holds this many entries' slots (checked after each run of records,
 # so it may pass it by one read chunk's worth), bounding the slot maps it keeps.
 REPLAY_SLOTS_MAX: Final = 1_000_000
+# A checkpoint starts once the write cache holds this share of write_cache_max_bytes: smaller, more
+# frequent checkpoints spread the entry-log and index writes out rather than one big burst.
+CHECKPOINT_AT_FRACTION: Final = 0.25
 
 __all__ = ["ReplayReport", "Storage", "StorageConfig"]
 
@@ -88,6 +93,8 @@ class StorageConfig:
             raise UsageError("at least one ledger dir is needed")
         if not self.index_dirs:
             object.__setattr__(self, "index_dirs", self.ledger_dirs)
+        if self.log_size_limit >= 1 << 31:  # entry offsets must fit the low 32 bits of index slots
+            raise UsageError(f"log size limit {self.log_size_limit} must be below 2 GiB")
         if self.journal_alignment < 16 or self.journal_alignment % 16:
             raise UsageError(f"journal alignment {self.journal_alignment} must be a multiple of 16")
 
@@ -171,6 +178,7 @@ class Storage:
         self.last_mark_written: Mark = (-1, 0)
         self._replay_skipped = 0
         self._replay_runs = ReplayRuns(self._writer)
+        self._checkpoint_at_bytes = max(1, int(config.write_cache_max_bytes * CHECKPOINT_AT_FRACTION))
 
     # --- start: replay ----------------------------------------------------------------------------
 
@@ -313,19 +321,16 @@ class Storage:
             return self.metrics.error(_EUA)
         if info.fenced and not recovery:
             return self.metrics.error(_EFENCED)
-        self._store(info, ledger_id, entry_id, entry)
+        self._active.put(ledger_id, entry_id, entry)
+        if entry_id > info.last_entry_id:
+            info.last_entry_id = entry_id
         self._journal.append(entry, token)
         metrics = self.metrics
         metrics.adds += 1
         metrics.bytes_written += size
-        if self._active.size_bytes >= self.config.write_cache_max_bytes and self._running is None:
+        if self._active.size_bytes >= self._checkpoint_at_bytes and self._running is None:
             self._reactor.callLater(0, self._checkpoint_logged)
         return _EOK
-
-    def _store(self, info: LedgerInfo, ledger_id: int, entry_id: int, entry: bytes) -> None:
-        self._active.put(ledger_id, entry_id, entry)
-        if entry_id > info.last_entry_id:
-            info.last_entry_id = entry_id
 
     def _new_ledger(self, ledger_id: int, master_key: bytes) -> LedgerInfo:
         """First sight of a ledger: its master key goes to the journal before any of its records."""
@@ -496,8 +501,11 @@ class Storage:
         self._flushing = None
         if isinstance(result, Failure):
             log.error("checkpoint failed: %s", result.getErrorMessage())
-            run.cache.merge_under(self._active)
-            self._active = run.cache
+            # A fresh cache, not run.cache resized: views of its buffers may still be alive in the traceback.
+            merged = WriteCache()
+            merged.merge_under(run.cache)
+            merged.merge_under(self._active)
+            self._active = merged
             for ledger_id in run.headers:
                 if ledger_id in self._ledgers:
                     self._ledgers[ledger_id].dirty = True
@@ -511,16 +519,27 @@ class Storage:
             self._start_checkpoint()
 
     def _write_out(self, cache: WriteCache, headers: dict[int, ixf.IndexHeader]) -> None:
-        """Entries to the entry log (sorted), fsync; then index headers and slots, each fsynced."""
-        locations: dict[int, dict[int, int]] = {}
-        writer = self._writer
-        for ledger_id, entries in sorted(cache.entries.items()):
-            slots = locations[ledger_id] = {}
-            for entry_id in sorted(entries):
-                slots[entry_id] = writer.append(ledger_id, entries[entry_id])
-        writer.flush()
-        for ledger_id in sorted(locations.keys() | headers.keys()):
-            self._index.write(ledger_id, headers.get(ledger_id), locations.get(ledger_id, {}))
+        """Each ledger's records to the entry log in one write, fsync; then index headers and slots.
+
+        Per ledger, not per entry: the write and the slot arithmetic are C-level calls over whole
+        buffers, so this thread holds the GIL for microseconds between system calls and the reactor
+        thread is not starved while a checkpoint runs.
+        """
+        slots: dict[int, bytes] = {}
+        for ledger_id in sorted(cache.ledgers):
+            slots[ledger_id] = _write_ledger(self._writer, ledger_id, cache.ledgers[ledger_id])
+        self._writer.flush()
+        for ledger_id in sorted(slots.keys() | headers.keys()):
+            header = headers.get(ledger_id)
+            ledger = cache.ledgers.get(ledger_id)
+            if ledger is None:
+                self._index.write(ledger_id, header, {})
+            elif ledger.dense:
+                self._index.write_run(ledger_id, header, ledger.first_id, slots[ledger_id])
+            else:
+                run = slots[ledger_id]
+                locations = {entry_id: _SLOT.unpack_from(run, n * 8)[0] for entry_id, n in ledger.numbered()}
+                self._index.write(ledger_id, header, locations)
 
     def _write_last_mark(self, mark: Mark) -> None:
         data = jf.encode_last_mark(*mark)
@@ -587,6 +606,33 @@ class Storage:
             "ledger_dirs": [str(d) for d in self.config.ledger_dirs],
             "index_dirs": [str(d) for d in self.config.index_dirs],
         }
+
+
+def _write_ledger(writer: EntryLogWriter, ledger_id: int, ledger: LedgerBuffer) -> bytes:
+    """Write a ledger's records (split only where the entry log rotates); its slots in record order."""
+    offsets = ledger.offsets
+    total = len(offsets)
+    parts = []
+    done = 0
+    with memoryview(ledger.records) as records:
+        while done < total:
+            begin = offsets[done] - SIZE_PREFIX
+            room = writer.log_size_limit - writer.position
+            stop = total
+            if ledger.record_end(total - 1) - begin > room:
+                # Records [done, stop) end where record `stop` starts: at or before begin + room.
+                stop = bisect.bisect_right(offsets, begin + room + SIZE_PREFIX, done) - 1
+                if stop <= done:
+                    if not writer.fresh:
+                        writer.rotate()
+                        continue
+                    stop = done + 1  # a fresh log takes one record, however big
+            end = ledger.record_end(stop - 1)
+            position = writer.write_records(ledger_id, records[begin:end])
+            # location = log id << 32 | offset in the log; the record at `begin` is at `position`.
+            parts.append(shifted_slots(offsets, done, stop, (writer.log_id << 32) + position - begin))
+            done = stop
+    return b"".join(parts)
 
 
 def _disk_usage(directory: Path) -> float:

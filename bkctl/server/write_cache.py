@@ -1,48 +1,149 @@
-"""The in-memory write cache: entries accepted since the last checkpoint swap, readable at once."""
+"""The in-memory write cache: entries accepted since the last checkpoint swap, readable at once.
+
+Each ledger's entries sit in one append buffer already in entry-log format (4-byte size + stored
+entry per record) with an array of the records' offsets, so a checkpoint writes a ledger with one
+`pwrite` and computes its index slots for whole pages at once (`shifted_slots`), with no Python work
+per entry. A ledger whose entry ids keep arriving as first, first+1, ... ("dense", the usual case,
+striped ensembles aside) needs no map at all: entry id - first id is the record's number. Any other
+order (gaps, a rewrite of an entry) switches that ledger to an id -> record number dict, newest wins;
+a replaced record stays in the buffer and is written out unreferenced, as entry logs hold garbage anyway.
+"""
 
 from __future__ import annotations
 
+import struct
+import sys
+from array import array
 from collections.abc import Iterator
+from typing import Final
+
+_SIZE: Final = struct.Struct(">i")
+_SLOT: Final = struct.Struct(">q")
+SIZE_PREFIX: Final = _SIZE.size
+
+
+class LedgerBuffer:
+    """One ledger's records in arrival order; mutated on the reactor thread only, until swapped out."""
+
+    __slots__ = ("first_id", "offsets", "records", "where")
+
+    def __init__(self, first_id: int) -> None:
+        self.records = bytearray()
+        self.offsets = array("q")  # record n's entry starts at records[offsets[n]] (past its size)
+        self.first_id = first_id
+        self.where: dict[int, int] | None = None  # entry id -> record number once not dense
+
+    def put(self, entry_id: int, data: bytes) -> None:
+        records = self.records
+        records += _SIZE.pack(len(data))
+        start = len(records)
+        records += data
+        where = self.where
+        if where is None:
+            if entry_id == self.first_id + len(self.offsets):
+                self.offsets.append(start)
+                return
+            where = self.where = {self.first_id + n: n for n in range(len(self.offsets))}
+        where[entry_id] = len(self.offsets)
+        self.offsets.append(start)
+
+    def record_number(self, entry_id: int) -> int:
+        """The newest record of `entry_id`, or -1."""
+        if self.where is not None:
+            return self.where.get(entry_id, -1)
+        number = entry_id - self.first_id
+        return number if 0 <= number < len(self.offsets) else -1
+
+    def get(self, entry_id: int) -> bytes | None:
+        number = self.record_number(entry_id)
+        if number < 0:
+            return None
+        start = self.offsets[number]
+        size = _SIZE.unpack_from(self.records, start - SIZE_PREFIX)[0]
+        return bytes(self.records[start : start + size])
+
+    @property
+    def dense(self) -> bool:
+        return self.where is None
+
+    def numbered(self) -> Iterator[tuple[int, int]]:
+        """(entry id, record number) of every live entry, in arrival order for a dense ledger."""
+        if self.where is None:
+            first = self.first_id
+            return ((first + n, n) for n in range(len(self.offsets)))
+        return iter(self.where.items())
+
+    def record_end(self, number: int) -> int:
+        """Where record `number` ends in `records` (the next one's size prefix starts there)."""
+        if number + 1 < len(self.offsets):
+            return self.offsets[number + 1] - SIZE_PREFIX
+        return len(self.records)
 
 
 class WriteCache:
-    """ledger id -> entry id -> stored entry; the checkpoint writes it out sorted by ledger and entry."""
+    """ledger id -> LedgerBuffer; `size_bytes` counts record bytes (entries plus their size prefixes)."""
 
-    __slots__ = ("entries", "size_bytes")
+    __slots__ = ("ledgers", "size_bytes")
 
     def __init__(self) -> None:
-        self.entries: dict[int, dict[int, bytes]] = {}
+        self.ledgers: dict[int, LedgerBuffer] = {}
         self.size_bytes = 0
 
     def put(self, ledger_id: int, entry_id: int, data: bytes) -> None:
-        ledger = self.entries.get(ledger_id)
+        ledger = self.ledgers.get(ledger_id)
         if ledger is None:
-            ledger = self.entries[ledger_id] = {}
-        old = ledger.get(entry_id)
-        if old is not None:
-            self.size_bytes -= len(old)
-        ledger[entry_id] = data
-        self.size_bytes += len(data)
+            ledger = self.ledgers[ledger_id] = LedgerBuffer(entry_id)
+        size = len(data)
+        self.size_bytes += SIZE_PREFIX + size
+        offsets = ledger.offsets
+        if ledger.where is None and entry_id == ledger.first_id + len(offsets):
+            # The hot path (one call per add), LedgerBuffer.put inlined.
+            records = ledger.records
+            records += _SIZE.pack(size)
+            offsets.append(len(records))
+            records += data
+        else:
+            ledger.put(entry_id, data)
 
     def get(self, ledger_id: int, entry_id: int) -> bytes | None:
-        ledger = self.entries.get(ledger_id)
+        ledger = self.ledgers.get(ledger_id)
         return None if ledger is None else ledger.get(entry_id)
 
     def __len__(self) -> int:
-        return sum(len(e) for e in self.entries.values())
+        """Live entries (a rewritten entry counts once)."""
+        return sum(len(b.where) if b.where is not None else len(b.offsets) for b in self.ledgers.values())
 
     def __bool__(self) -> bool:
-        return bool(self.entries)
+        return bool(self.ledgers)
 
-    def sorted_items(self) -> Iterator[tuple[int, int, bytes]]:
-        """(ledger id, entry id, entry) in ledger then entry order, as SortedLedgerStorage flushes."""
-        for ledger_id in sorted(self.entries):
-            ledger = self.entries[ledger_id]
-            for entry_id in sorted(ledger):
-                yield ledger_id, entry_id, ledger[entry_id]
+    def items(self) -> Iterator[tuple[int, int, bytes]]:
+        """(ledger id, entry id, entry) of every live entry, ledger by ledger (tests and failure paths)."""
+        for ledger_id, ledger in self.ledgers.items():
+            for entry_id, _ in ledger.numbered():
+                data = ledger.get(entry_id)
+                assert data is not None
+                yield ledger_id, entry_id, data
 
     def merge_under(self, newer: WriteCache) -> None:
         """Put `newer`'s entries over ours (a failed checkpoint gives its entries back)."""
-        for ledger_id, entries in newer.entries.items():
-            for entry_id, data in entries.items():
-                self.put(ledger_id, entry_id, data)
+        for ledger_id, entry_id, data in newer.items():
+            self.put(ledger_id, entry_id, data)
+
+
+def shifted_slots(offsets: array[int], start: int, stop: int, delta: int) -> bytes:
+    """Big-endian int64 slots `offsets[n] + delta` for n in [start, stop), with no Python loop per slot.
+
+    The offsets become one big integer (8 bytes per slot) and the delta repeated in every 8-byte lane
+    is added (or subtracted) in one C-level operation. No lane carries or borrows into its neighbour
+    because every result is a valid location in [0, 2**63), so the lanes come out exactly.
+    """
+    count = stop - start
+    if count <= 0:
+        return b""
+    part = offsets[start:stop]
+    if sys.byteorder == "little":
+        part.byteswap()
+    value = int.from_bytes(part.tobytes(), "big")
+    lanes = int.from_bytes(_SLOT.pack(abs(delta)) * count, "big")
+    value = value + lanes if delta >= 0 else value - lanes
+    return value.to_bytes(8 * count, "big")
