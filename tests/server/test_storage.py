@@ -79,12 +79,16 @@ async def test_fence_then_adds_refused_recovery_accepted_and_persisted(tmp_path:
     await add_all(storage, durable, 2, 3)
     assert storage.fence(2, OTHER_KEY, "bad") == RC.EUA
     assert storage.fence(2, KEY, "fence") == RC.EOK
+    assert storage.fence(2, KEY, "early") == RC.EOK  # the fence record is not durable yet: wait for it
+    assert "early" not in durable.tokens
     assert storage.is_fenced(2)
     assert storage.add(2, 3, KEY, packaged(2, 3), False, None) == RC.EFENCED
-    await wait_until(lambda: "fence" in durable.tokens)
+    await wait_until(lambda: "fence" in durable.tokens and "early" in durable.tokens)
+    assert durable.tokens.index("fence") < durable.tokens.index("early")
     assert storage.add(2, 3, KEY, packaged(2, 3), True, "recovery") == RC.EOK
-    assert storage.fence(2, KEY, "again") == RC.EOK  # already fenced: answered after the next fsync
-    await wait_until(lambda: "again" in durable.tokens and "recovery" in durable.tokens)
+    assert storage.fence(2, KEY, "again") == RC.EOK
+    assert "again" in durable.tokens  # fenced durably already: answered at once, no fsync wait
+    await wait_until(lambda: "recovery" in durable.tokens)
     # An unknown ledger is created fenced, as Java does, so a late add of the old writer is refused.
     assert storage.fence(9, KEY, "new") == RC.EOK
     assert storage.read(9, 0) == (RC.ENOENTRY, b"")
