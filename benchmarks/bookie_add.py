@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import queue
 import re
-import select
 import shutil
 import socket
 import struct
@@ -153,23 +153,28 @@ def start_bookie(workdir: Path, extra: list[str]) -> tuple[subprocess.Popen[str]
     ]
     bookie = subprocess.Popen(command, env=env, cwd=REPO, stderr=subprocess.PIPE, text=True)
     assert bookie.stderr is not None
+    # A reader thread, not select() + readline(): two lines in one read would leave the second one in
+    # the file object's buffer, invisible to select().
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=_forward, args=(bookie.stderr, lines), daemon=True).start()
+    seen = []
     deadline = time.monotonic() + 30
-    lines = []
     while time.monotonic() < deadline and bookie.poll() is None:
-        ready, _, _ = select.select([bookie.stderr], [], [], 1)
-        if ready:
-            lines.append(bookie.stderr.readline())
-            match = SERVING.search(lines[-1])
-            if match:
-                threading.Thread(target=_drain, args=(bookie.stderr,), daemon=True).start()
-                return bookie, int(match.group(1)), int(match.group(2))
+        try:
+            seen.append(lines.get(timeout=1))
+        except queue.Empty:
+            continue
+        match = SERVING.search(seen[-1])
+        if match:
+            return bookie, int(match.group(1)), int(match.group(2))
     bookie.kill()
-    raise RuntimeError("bookie did not start:\n" + "".join(lines))
+    raise RuntimeError("bookie did not start:\n" + "".join(seen))
 
 
-def _drain(stream: Any) -> None:
-    for _ in stream:
-        pass
+def _forward(stream: Any, lines: queue.Queue[str]) -> None:
+    """Hand the bookie's stderr lines over until it closes (later lines are just dropped)."""
+    for line in stream:
+        lines.put(line)
 
 
 # --- raw baseline ---------------------------------------------------------------------------------------
