@@ -321,8 +321,12 @@ class Storage:
     def add(
         self, ledger_id: int, entry_id: int, master_key: bytes, entry: bytes, recovery: bool, token: object
     ) -> int:
-        """Accept an entry (EOK; `token` goes to on_durable once it is durable) or refuse it now."""
-        if self._manual_read_only or self._disk_full or self._stopping is not None:
+        """Accept an entry (EOK; `token` goes to on_durable once it is durable) or refuse it now.
+
+        Like Java, a bookie made read-only by the operator still takes recovery adds while its disks have
+        room, so fencing recovery and re-replication can finish; a full disk refuses them too.
+        """
+        if self._disk_full or self._stopping is not None or (self._manual_read_only and not recovery):
             return self.metrics.error(_EREADONLY)
         if self._journal_broken:
             return self.metrics.error(_EIO)

@@ -65,6 +65,7 @@ async def test_add_errors(tmp_path: Path) -> None:
     assert storage.add(1, 2, KEY, b"short", False, None) == RC.EBADREQ
     storage.set_read_only(True)
     assert storage.add(1, 1, KEY, packaged(1, 1), False, None) == RC.EREADONLY
+    assert storage.add(1, 5, KEY, packaged(1, 5), True, None) == RC.EOK  # recovery adds still go in
     assert storage.read(1, 0) == (RC.EOK, packaged(1, 0))
     storage.set_read_only(False)
     assert storage.add(1, 1, KEY, packaged(1, 1), False, None) == RC.EOK
