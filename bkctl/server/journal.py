@@ -51,7 +51,6 @@ class JournalSettings:
     alignment: int = jf.DEFAULT_ALIGNMENT
     max_backups: int = 5
     sync_data: bool = True
-    index: int = 0  # which of the bookie's journals (names its sync thread)
 
 
 @dataclass
@@ -86,11 +85,7 @@ class SyncThread:
     """Drains every pending sync request, fdatasyncs once per file, delivers one batch per drain."""
 
     def __init__(
-        self,
-        deliver: Callable[[SyncBatch], None],
-        call_from_thread: Callable[..., Any],
-        sync_data: bool,
-        name: str = "bkctl-journal-sync",
+        self, deliver: Callable[[SyncBatch], None], call_from_thread: Callable[..., Any], sync_data: bool
     ) -> None:
         self._deliver = deliver
         self._call_from_thread = call_from_thread
@@ -99,7 +94,7 @@ class SyncThread:
         self._dropped_fd = -1  # the file whose pages before _dropped_to are out of the page cache
         self._dropped_to = 0
         self._cond = threading.Condition()
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread = threading.Thread(target=self._run, name="bkctl-journal-sync", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -177,9 +172,7 @@ class JournalWriter:
         self._on_durable = on_durable
         self._metrics = metrics
         self._on_failure = on_failure
-        # Journal 0's thread keeps the plain name; with several journals each has its own thread.
-        name = "bkctl-journal-sync" + (f"-{settings.index}" if settings.index else "")
-        self._sync = SyncThread(self._delivered, reactor.callFromThread, settings.sync_data, name)
+        self._sync = SyncThread(self._delivered, reactor.callFromThread, settings.sync_data)
         self._wait_s = settings.group_wait_ms / 1000.0
         # BookKeeper forces flush-when-queue-empty when there is no group wait.
         self._flush_when_empty = settings.flush_when_queue_empty or settings.group_wait_ms <= 0

@@ -1,7 +1,7 @@
 """Child process of the crash test: adds entries forever, printing each acknowledged `ledger entry`.
 
-Run as `python -m tests.server.crash_writer DIR [JOURNAL_DIRS]` (journal dirs DIR/journal, DIR/journal1,
-...); the test kills it with SIGKILL. It exits on its own after a while so it can never outlive a failed test.
+Run as `python -m tests.server.crash_writer DIR`; the test kills it with SIGKILL. It exits on its own
+after a while so it can never outlive a failed test.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from twisted.internet import reactor as _reactor
 
 from bkctl.protocol.wire import ReturnCode
 from bkctl.server.storage import Storage
-from tests.server.helpers import KEY, config, journal_dirs, packaged
+from tests.server.helpers import KEY, config, packaged
 
 reactor: Any = _reactor
-LEDGERS = 5
+LEDGERS = 3
 LIFETIME_S = 60.0
 
 
@@ -28,20 +28,13 @@ def payload(ledger_id: int, entry_id: int) -> bytes:
 
 def main() -> None:
     directory = Path(sys.argv[1])
-    journal_count = int(sys.argv[2]) if len(sys.argv) > 2 else 1
 
     def on_durable(tokens: list[Any]) -> None:
         sys.stdout.write("".join(f"{t[0]} {t[1]}\n" for t in tokens))
         sys.stdout.flush()
 
     storage = Storage(
-        config(
-            directory,
-            journal_dirs=journal_dirs(directory, journal_count),
-            flush_interval_ms=50,
-            write_cache_max_bytes=64 * 1024,
-            log_size_limit=256 * 1024,
-        ),
+        config(directory, flush_interval_ms=50, write_cache_max_bytes=64 * 1024, log_size_limit=256 * 1024),
         on_durable,
         reactor,
     )
