@@ -26,6 +26,36 @@ from bkctl.model import DigestType
 from bkctl.protocol import entry as entry_format
 from bkctl.protocol.scanning import ScanStop
 
+# Columns of a scanned record, shared by journal and entry-log inspect (each adds its own in between).
+KEY_COLUMNS = (
+    Column("offset", "OFFSET", numeric=True),
+    Column("ledger_id", "LEDGER", numeric=True),
+    Column("entry_id", "ENTRY", numeric=True),
+    Column("type", "TYPE"),
+    Column("size", "SIZE", numeric=True),
+)
+ENTRY_COLUMNS = (
+    Column("last_add_confirmed", "LAC", numeric=True),
+    Column("digest", "DIGEST"),
+    Column("digest_ok", "DIGEST OK"),
+    Column("info", "INFO"),
+)
+DATA_COLUMN = Column("data", "DATA")
+
+
+@dataclass(frozen=True)
+class ScanOptions:
+    """What the journal and entry-log inspect commands were asked for."""
+
+    ledger: int | None
+    show_data: bool
+    summary: bool
+    digest: DigestType | None
+    password: bytes | None
+    json_output: bool
+    entry: int | None = None  # entry log only
+
+
 LedgerOption = Annotated[int | None, typer.Option("--ledger", "-l", help="Only records of this ledger id.")]
 ShowDataOption = Annotated[
     bool, typer.Option("--show-data", "-m", help="Add each entry's payload (text when printable, else hex).")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
@@ -11,10 +10,14 @@ from typing import Annotated, Any
 import typer
 
 from bkctl.commands.inspect_common import (
+    DATA_COLUMN,
+    ENTRY_COLUMNS,
+    KEY_COLUMNS,
     DigestOption,
     Failures,
     LedgerOption,
     PasswordOption,
+    ScanOptions,
     ShowDataOption,
     digest_choice,
     entry_fields,
@@ -35,36 +38,15 @@ from bkctl.commands.output import (
 )
 from bkctl.errors import UsageError
 from bkctl.files.digests import DigestChecker
-from bkctl.model import DigestType
 from bkctl.protocol import entrylog_format as ef
 from bkctl.protocol.entrylog_format import RecordKind
 
 FileArgument = Annotated[Path, typer.Argument(help="An entry log file (<hex>.log).")]
-COLUMNS = (
-    Column("offset", "OFFSET", numeric=True),
-    Column("ledger_id", "LEDGER", numeric=True),
-    Column("entry_id", "ENTRY", numeric=True),
-    Column("type", "TYPE"),
-    Column("size", "SIZE", numeric=True),
-    Column("entry_offset", "INDEX POS", numeric=True),
-    Column("last_add_confirmed", "LAC", numeric=True),
-    Column("digest", "DIGEST"),
-    Column("digest_ok", "DIGEST OK"),
-    Column("info", "INFO"),
-)
-DATA_COLUMN = Column("data", "DATA")
+COLUMNS = (*KEY_COLUMNS, Column("entry_offset", "INDEX POS", numeric=True), *ENTRY_COLUMNS)
 LEDGER_COLUMNS = (Column("ledger_id", "LEDGER", numeric=True), Column("size", "SIZE", numeric=True))
 
 
-@dataclass(frozen=True)
-class Options:
-    ledger: int | None
-    entry: int | None
-    show_data: bool
-    summary: bool
-    digest: DigestType | None
-    password: bytes | None
-    json_output: bool
+Options = ScanOptions
 
 
 def entrylog_inspect(
@@ -86,7 +68,7 @@ def entrylog_inspect(
         raise UsageError("--entry needs --ledger")
     fmt = resolve(output)
     chosen, secret = digest_choice(digest, password)
-    options = Options(ledger, entry, show_data, summary, chosen, secret, fmt is OutputFormat.json)
+    options = Options(ledger, show_data, summary, chosen, secret, fmt is OutputFormat.json, entry)
     failures = Failures()
     doc = _document(path, options, failures)
     if options.json_output:

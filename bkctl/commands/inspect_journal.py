@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Annotated, Any
@@ -11,10 +10,14 @@ from typing import Annotated, Any
 import typer
 
 from bkctl.commands.inspect_common import (
+    DATA_COLUMN,
+    ENTRY_COLUMNS,
+    KEY_COLUMNS,
     DigestOption,
     Failures,
     LedgerOption,
     PasswordOption,
+    ScanOptions,
     ShowDataOption,
     digest_choice,
     entry_fields,
@@ -24,7 +27,6 @@ from bkctl.commands.inspect_common import (
     summary_of,
 )
 from bkctl.commands.output import (
-    Column,
     OutputFormat,
     OutputOption,
     resolve,
@@ -32,32 +34,11 @@ from bkctl.commands.output import (
 )
 from bkctl.errors import ProtocolError
 from bkctl.files.digests import DigestChecker
-from bkctl.model import DigestType
 from bkctl.protocol import journal_format as jf
 from bkctl.protocol.journal_format import RecordKind
 
-COLUMNS = (
-    Column("offset", "OFFSET", numeric=True),
-    Column("ledger_id", "LEDGER", numeric=True),
-    Column("entry_id", "ENTRY", numeric=True),
-    Column("type", "TYPE"),
-    Column("size", "SIZE", numeric=True),
-    Column("last_add_confirmed", "LAC", numeric=True),
-    Column("digest", "DIGEST"),
-    Column("digest_ok", "DIGEST OK"),
-    Column("info", "INFO"),
-)
-DATA_COLUMN = Column("data", "DATA")
-
-
-@dataclass(frozen=True)
-class Options:
-    ledger: int | None
-    show_data: bool
-    summary: bool
-    digest: DigestType | None
-    password: bytes | None
-    json_output: bool
+COLUMNS = (*KEY_COLUMNS, *ENTRY_COLUMNS)
+Options = ScanOptions
 
 
 def journal_inspect(
