@@ -5,12 +5,14 @@ A bookie answers requests with the same key in the order it got them on one conn
 a FIFO of waiting requests. A request that times out stays in its FIFO as a tombstone: its late reply is
 then swallowed instead of being taken for the reply to a newer request with the same key.
 
-Hot path: no Deferred per request (a plain `callback(rc, body)`), one timer per connection (requests
-share one timeout, so deadlines are in send order and the timer only ever watches the oldest), and the
-frames of one reactor tick go out in a single `writeSequence`. Adds arrive already framed (`add_frame`):
-the ledger builds one frame per entry and hands the same bytes object to every bookie of its write set.
-Replies are cut from the receive buffer in one loop; add responses (the bulk) are matched straight from
-the unpacked header without building a response object.
+Hot path: no Deferred per request. A waiting request is a 3-item list `[on_reply, argument, deadline]`
+(cheaper than an object; `on_reply` is set to None once answered or timed out) and its reply calls
+`on_reply(argument, rc, body)`. One timer per connection (requests share one timeout, so deadlines are in
+send order and the timer only ever watches the oldest), and the frames of one reactor tick go out in a
+single `writeSequence`. Adds arrive already framed and in batches (`send_adds`): the ledger builds one
+frame and one `(key, frame, argument)` item per entry and hands the same item to every bookie of its write
+set. Replies are cut from the receive buffer in one loop; add responses (the bulk) are matched straight
+from the unpacked header without building a response object.
 
 Client-side failures use negative codes beside the bookie's return codes: `RC_TIMEOUT` (no reply in
 time) and `RC_UNAVAILABLE` (cannot connect, connection lost, in reconnect backoff, closed).
@@ -40,6 +42,12 @@ RC_UNAVAILABLE = -1002
 
 Callback = Callable[[int, bytes], None]
 Key = tuple[int, int, int]
+# on_reply(argument, rc, body): one function for many requests, the argument tells them apart.
+OnReply = Callable[[Any, int, bytes], None]
+# What a request is sent as: its key (opcode, ledger id, entry id), its frame, the argument of on_reply.
+Item = tuple[Key, bytes, Any]
+# A request waiting for its reply: [on_reply or None once answered / timed out, argument, deadline].
+_Waiter = list[Any]
 
 _ADD = int(wire.OpCode.ADD_ENTRY)
 _READ = int(wire.OpCode.READ_ENTRY)
@@ -71,13 +79,13 @@ def error_for(rc: int, what: str) -> Exception:
     return wire.error_for_rc(rc, what)
 
 
-class _Request:
-    __slots__ = ("callback", "deadline", "key")
+def _call(callback: Callback, rc: int, body: bytes) -> None:
+    """on_reply of single requests whose argument is a plain `callback(rc, body)`."""
+    callback(rc, body)
 
-    def __init__(self, key: Key, callback: Callback | None, deadline: float) -> None:
-        self.key = key
-        self.callback = callback  # None once answered or timed out
-        self.deadline = deadline
+
+def add_key(ledger_id: int, entry_id: int) -> Key:
+    return (_ADD, ledger_id, entry_id)
 
 
 class _Connection(protocol.Protocol):
@@ -140,9 +148,9 @@ class BookieClient:
         self._closed = False
         self._backoff_s = 0.0
         self._retry_at = 0.0  # no connection attempt before this reactor time
-        # Key -> its request, or a deque of them when several share the key (rare).
-        self._waiting: dict[Key, _Request | deque[_Request]] = {}
-        self._timeline: deque[_Request] = deque()  # in send order = deadline order
+        # Key -> its waiter, or a deque of them when several share the key (rare).
+        self._waiting: dict[Key, _Waiter | deque[_Waiter]] = {}
+        self._timeline: deque[_Waiter] = deque()  # in send order = deadline order
         self._in_flight = 0
         self._timer: Any = None
         self._out: list[bytes] = []
@@ -157,14 +165,14 @@ class BookieClient:
         self, entry: bytes, master_key: bytes, flags: int, ledger_id: int, entry_id: int, cb: Callback
     ) -> None:
         """ADD_ENTRY of a packaged entry; `cb(rc, b"")`."""
-        self.add_frame(wire.frame(wire.encode_add_request(entry, master_key, flags)), ledger_id, entry_id, cb)
+        framed = wire.frame(wire.encode_add_request(entry, master_key, flags))
+        self._send([((_ADD, ledger_id, entry_id), framed, cb)], _call)
 
-    def add_frame(self, framed: bytes, ledger_id: int, entry_id: int, cb: Callback) -> None:
-        """ADD_ENTRY already framed (length prefix included) for entry `entry_id`; `cb(rc, b"")`.
-
-        The bytes are written as they are, so one object can go to several bookies.
-        """
-        self._send((_ADD, ledger_id, entry_id), framed, cb)
+    def send_adds(self, items: list[Item], on_reply: OnReply) -> None:
+        """ADD_ENTRY requests already framed (length prefix included), keys from `add_key`;
+        `on_reply(argument, rc, b"")` for each. The frames are written as they are, so one item can go
+        to several bookies."""
+        self._send(items, on_reply)
 
     def read(
         self, ledger_id: int, entry_id: int, cb: Callback, flags: int = 0, master_key: bytes | None = None
@@ -172,39 +180,52 @@ class BookieClient:
         """READ_ENTRY; `cb(rc, stored entry)`. Entry -1 asks for the bookie's last entry."""
         key = master_key if flags & wire.FLAG_DO_FENCING else None
         payload = wire.encode_read_request(ledger_id, entry_id, flags, key)
-        self._send((_READ, ledger_id, entry_id), wire.frame(payload), cb)
+        self._send([((_READ, ledger_id, entry_id), wire.frame(payload), cb)], _call)
 
-    def _send(self, key: Key, framed: bytes, cb: Callback) -> None:
-        if self._closed or self._address is None:
-            self._fail_soon(cb, RC_UNAVAILABLE)
-            return
-        if self._in_flight >= self._requests_max:
-            log.warning("bookie %s: %d requests unanswered, refusing more", self.bookie_id, self._in_flight)
-            self._fail_soon(cb, RC_UNAVAILABLE)
-            return
-        if self._connection is None and not self._connecting and not self._connect():
-            self._fail_soon(cb, RC_UNAVAILABLE)
-            return
-        request = _Request(key, cb, self._reactor.seconds() + self._timeout_s)
+    def _send(self, items: list[Item], on_reply: OnReply) -> None:
+        refused = self._refused(len(items))
+        if refused:
+            for _, _, argument in items[len(items) - refused :]:
+                self._fail_soon(on_reply, argument, RC_UNAVAILABLE)
+            items = items[: len(items) - refused]
+            if not items:
+                return
+        deadline = self._reactor.seconds() + self._timeout_s
         waiting = self._waiting
-        queued = waiting.get(key)
-        if queued is None:
-            waiting[key] = request  # the common case: no other request with this key
-        elif type(queued) is _Request:
-            waiting[key] = deque((queued, request))
-        else:
-            queued.append(request)  # type: ignore[union-attr]
-        self._timeline.append(request)
-        self._in_flight += 1
+        timeline = self._timeline.append
+        out = self._out.append
+        for key, framed, argument in items:
+            waiter = [on_reply, argument, deadline]
+            queued = waiting.get(key)
+            if queued is None:
+                waiting[key] = waiter  # the common case: no other request with this key
+            elif type(queued) is list:
+                waiting[key] = deque((queued, waiter))
+            else:
+                queued.append(waiter)
+            timeline(waiter)
+            out(framed)
+        self._in_flight += len(items)
         if self._timer is None:
             self._timer = self._reactor.callLater(self._timeout_s, self._expire)
-        self._out.append(framed)
         if self._flush_call is None and self._connection is not None:
             self._flush_call = self._reactor.callLater(0, self._flush)
 
-    def _fail_soon(self, cb: Callback, rc: int) -> None:
+    def _refused(self, count: int) -> int:
+        """How many of `count` new requests must fail now (all when unreachable, the excess at the bound)."""
+        if self._closed or self._address is None:
+            return count
+        if self._connection is None and not self._connecting and not self._connect():
+            return count
+        excess = self._in_flight + count - self._requests_max
+        if excess > 0:
+            log.warning("bookie %s: %d requests unanswered, refusing more", self.bookie_id, self._in_flight)
+            return min(excess, count)
+        return 0
+
+    def _fail_soon(self, on_reply: OnReply, argument: Any, rc: int) -> None:
         # Never call back from inside the caller's request: it may be iterating over its own state.
-        self._reactor.callLater(0, cb, rc, b"")
+        self._reactor.callLater(0, on_reply, argument, rc, b"")
 
     def _flush(self) -> None:
         self._flush_call = None
@@ -248,6 +269,9 @@ class BookieClient:
         if position:
             # Deleting from the front of a bytearray only moves its start pointer: no copy of the rest.
             del buffer[:position]
+        timeline = self._timeline
+        while timeline and timeline[0][0] is None:  # answered: nothing left to time out
+            timeline.popleft()
 
     def _reply(self, response: wire.Response) -> None:
         kind = type(response)
@@ -268,43 +292,40 @@ class BookieClient:
         if queued is None:
             log.info("bookie %s: reply for %s that nobody waits for", self.bookie_id, key)
             return
-        if type(queued) is _Request:
-            request = queued
+        if type(queued) is list:
+            waiter = queued
         else:
-            request = queued.popleft()  # type: ignore[union-attr]
+            waiter = queued.popleft()  # type: ignore[union-attr]
             if queued:
                 waiting[key] = queued
         self._in_flight -= 1
-        cb = request.callback
-        request.callback = None
-        timeline = self._timeline
-        while timeline and timeline[0].callback is None:
-            timeline.popleft()
-        if cb is not None:
-            cb(rc, body)
+        on_reply = waiter[0]
+        if on_reply is not None:  # None: a tombstone, the late reply of a timed-out request
+            waiter[0] = None
+            on_reply(waiter[1], rc, body)
 
     def _expire(self) -> None:
         """Time out every request past its deadline; the timer then watches the next oldest one."""
         self._timer = None
         now = self._reactor.seconds()
         timeline = self._timeline
-        expired: list[Callback] = []
+        expired: list[tuple[OnReply, Any]] = []
         while timeline:
             head = timeline[0]
-            if head.callback is None:
+            if head[0] is None:
                 timeline.popleft()
                 continue
-            if head.deadline > now:
+            if head[2] > now:
                 break
             timeline.popleft()
-            expired.append(head.callback)
-            head.callback = None  # tombstone: stays in its key's FIFO to swallow the late reply
+            expired.append((head[0], head[1]))
+            head[0] = None  # tombstone: stays in its key's FIFO to swallow the late reply
         if timeline:
-            self._timer = self._reactor.callLater(max(0.0, timeline[0].deadline - now), self._expire)
+            self._timer = self._reactor.callLater(max(0.0, timeline[0][2] - now), self._expire)
         if expired:
             log.info("bookie %s: %d requests timed out", self.bookie_id, len(expired))
-        for cb in expired:
-            cb(RC_TIMEOUT, b"")
+        for on_reply, argument in expired:
+            on_reply(argument, RC_TIMEOUT, b"")
 
     # --- connection -----------------------------------------------------------------------------
 
@@ -363,17 +384,17 @@ class BookieClient:
         if self._timer is not None and self._timer.active():
             self._timer.cancel()
         self._timer = None
-        requests: list[_Request] = []
+        waiters: list[_Waiter] = []
         for queued in waiting.values():
-            if isinstance(queued, _Request):
-                requests.append(queued)
+            if type(queued) is list:
+                waiters.append(queued)
             else:
-                requests.extend(queued)
-        callbacks = [r.callback for r in requests if r.callback is not None]
-        for request in requests:
-            request.callback = None
-        for cb in callbacks:
-            cb(RC_UNAVAILABLE, b"")
+                waiters.extend(queued)
+        failed = [(w[0], w[1]) for w in waiters if w[0] is not None]
+        for waiter in waiters:
+            waiter[0] = None
+        for on_reply, argument in failed:
+            on_reply(argument, RC_UNAVAILABLE, b"")
 
     # --- life -----------------------------------------------------------------------------------
 

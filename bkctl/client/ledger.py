@@ -1,12 +1,14 @@
 """Ledgers on Twisted: `Client` (create, open with or without recovery, delete) and `LedgerHandle`
 (add with ordered acks, ensemble change, read, read LAC, close). See docs/client.md.
 
-The add path is callbacks over plain objects: one `_Add` per entry (its framed add request, a bitmask
-of the ensemble indexes that acknowledged it, an optional Deferred or plain callback), kept in entry
-order. An entry is acknowledged once Qa bookies of its write set have it *and* every earlier entry is
-acknowledged. Each entry is packaged, checksummed and framed once; the same bytes object goes to every
-bookie of its write set (and to a replacement bookie after an ensemble change). `add_callback` is the
-Deferred-free path for load generators.
+The add path is callbacks over plain objects: one `_Add` per entry (its request item, a bitmask of the
+ensemble indexes that acknowledged it, an optional Deferred or plain callback), kept in entry order. An
+entry is acknowledged once Qa bookies of its write set have it *and* every earlier entry is
+acknowledged. Each entry is packaged, checksummed and framed once into one request item `(key, frame,
+_Add)`; the same item goes to every bookie of its write set (and to a replacement bookie after an
+ensemble change), in one batch per bookie and reactor tick. A bookie's reply comes back to the reply
+function of its ensemble index, made once per ensemble. `add_callback` is the Deferred-free path for
+load generators.
 Metadata calls block (SQLite, kazoo), so they run in the reactor's thread pool.
 """
 
@@ -27,7 +29,7 @@ from twisted.python.failure import Failure
 
 from bkctl import limits
 from bkctl.client import placement
-from bkctl.client.bookie_client import BookieClients, error_for
+from bkctl.client.bookie_client import BookieClient, BookieClients, Item, OnReply, add_key, error_for
 from bkctl.client.reads import LastConfirmed, LastConfirmedRead, LedgerEntry, RangeRead
 from bkctl.errors import (
     BadVersionError,
@@ -62,7 +64,7 @@ AddCallback = Callable[[int, "BkctlError | None"], None]
 class _Add:
     """One entry on its way: framed once, resent byte for byte to replacement bookies."""
 
-    __slots__ = ("acks", "callback", "deferred", "entry", "entry_id", "length", "payload")
+    __slots__ = ("acks", "callback", "deferred", "entry_id", "frame", "length", "payload")
 
     def __init__(
         self,
@@ -77,7 +79,9 @@ class _Add:
         self.length = length  # ledger length including this entry
         self.deferred = deferred
         self.callback = callback  # callback(entry_id, None) on ack, (entry_id, error) on failure
-        self.entry: bytes | None = None  # the framed ADD_ENTRY request, once sent
+        # The framed ADD_ENTRY request, once sent. Not the request item: the item holds this _Add, and a
+        # reference cycle per entry would leave every entry to the cyclic GC (long gen-2 pauses).
+        self.frame: bytes | None = None
         self.acks = 0  # bitmask of ensemble indexes
 
 
@@ -117,7 +121,7 @@ class LedgerHandle:
         self._changing = False
         self._failed: dict[int, str] = {}  # ensemble index -> the bookie that failed there
         self._ensemble = list(metadata.segments[-1].ensemble)
-        self._targets: list[Any] = []  # BookieClient per ensemble index, for the add path
+        self._targets: list[tuple[BookieClient, OnReply, str]] = []  # per ensemble index, see _bookie_targets
         self._write_sets = [
             tuple(self.quorum.write_set(i)) for i in range(self.quorum.ensemble_size)
         ]  # by entry id modulo E
@@ -253,40 +257,46 @@ class LedgerHandle:
         window = limits.CLIENT_ADDS_IN_FLIGHT_MAX - (len(self._pending) - len(unsent))
         if not unsent or window <= 0:
             return
-        # The hot loop: locals only. One package + CRC + frame per entry, the same bytes to each copy.
+        # The hot loop: locals only. One package + CRC + frame per entry, the same item to each copy.
         targets = self._bookie_targets()
+        batches: list[list[Item]] = [[] for _ in targets]
         write_sets = self._write_sets
         ensemble_size = len(write_sets)
         digest, ledger_id, lac, mac = self.digest, self.ledger_id, self.last_add_confirmed, self.mac
         key, flags = self.master_key, self.add_flags
-        done = self._add_done
         encode, frame = wire.encode_add_request, wire.frame
         popleft = unsent.popleft
         for _ in range(min(window, len(unsent))):
             add = popleft()
             entry_id = add.entry_id
             packaged = package_entry(digest, ledger_id, entry_id, lac, add.length, add.payload, mac)
-            framed = add.entry = frame(encode(packaged, key, flags))
+            add.frame = frame(encode(packaged, key, flags))
+            item = (add_key(ledger_id, entry_id), add.frame, add)
             for index in write_sets[entry_id % ensemble_size]:
-                target, bookie = targets[index]
-                target.add_frame(framed, ledger_id, entry_id, partial(done, add, index, bookie))
+                batches[index].append(item)
+        for (target, on_reply, _), batch in zip(targets, batches, strict=True):
+            if batch:
+                target.send_adds(batch, on_reply)
 
-    def _bookie_targets(self) -> list[Any]:
-        """(BookieClient, bookie id) per index of the current ensemble, cached until it changes."""
+    def _bookie_targets(self) -> list[tuple[BookieClient, OnReply, str]]:
+        """(BookieClient, reply function, bookie id) per index of the current ensemble, made again when it
+        changes."""
         ensemble = self._ensemble
         targets = self._targets
-        if len(targets) != len(ensemble) or any(t[1] != b for t, b in zip(targets, ensemble, strict=True)):
+        if len(targets) != len(ensemble) or any(t[2] != b for t, b in zip(targets, ensemble, strict=True)):
             pool = self.client.bookies
-            targets = self._targets = [(pool.get(bookie), bookie) for bookie in ensemble]
+            targets = self._targets = [
+                (pool.get(bookie), partial(self._add_done, index, bookie), bookie)
+                for index, bookie in enumerate(ensemble)
+            ]
         return targets
 
     def _send(self, add: _Add, index: int) -> None:
-        bookie = self._ensemble[index]
-        assert add.entry is not None
-        done = partial(self._add_done, add, index, bookie)
-        self.client.bookies.get(bookie).add_frame(add.entry, self.ledger_id, add.entry_id, done)
+        assert add.frame is not None
+        target, on_reply, _ = self._bookie_targets()[index]
+        target.send_adds([(add_key(self.ledger_id, add.entry_id), add.frame, add)], on_reply)
 
-    def _add_done(self, add: _Add, index: int, bookie: str, rc: int, _: bytes) -> None:
+    def _add_done(self, index: int, bookie: str, add: _Add, rc: int, _: bytes) -> None:
         if self._error is not None or add.entry_id <= self.last_add_confirmed:
             return
         if self._ensemble[index] != bookie:
@@ -312,7 +322,7 @@ class LedgerHandle:
         fired: list[_Add] = []
         popleft = pending.popleft
         head = None
-        while pending and not self._changing and pending[0].entry is not None:
+        while pending and not self._changing and pending[0].frame is not None:
             if pending[0].acks.bit_count() < quorum:
                 break
             head = popleft()
@@ -435,7 +445,7 @@ class LedgerHandle:
     def _resend(self, indexes: set[int]) -> None:
         """Entries not yet acknowledged must reach the new bookies too; their old acks there are void."""
         for add in self._pending:
-            if add.entry is None:
+            if add.frame is None:
                 break  # the rest are unsent: they go to the new ensemble anyway
             for index in self.quorum.write_set(add.entry_id):
                 if index in indexes:

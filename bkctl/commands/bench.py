@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import time
 from array import array
-from functools import partial
+from collections import deque
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -154,44 +154,46 @@ class _WriteLoad:
         clock = self.recorder.clock
         self.stop_at = clock() + duration
         self.finished = Deferred()
+        streams = [_AddStream(self, lh) for lh in self.handles]
         with _Progress(self.handles[0].client.reactor, self.recorder, duration, "adds"):
             for i in range(self.outstanding):
-                self._issue(self.handles[i % len(self.handles)])
+                streams[i % len(streams)].issue()
             await self.finished
         if self.failure is not None:
             raise self.failure
 
-    def _issue(self, lh: LedgerHandle) -> None:
-        # add_callback, not add: a Deferred per add costs about as much as the rest of the client's work.
-        self.in_flight += 1
-        lh.add_callback(self.data, partial(self._acknowledged, lh, self.recorder.clock()))
-
-    def _acknowledged(self, lh: LedgerHandle, started: float, _: int, error: BkctlError | None) -> None:
+    def _done(self, started: float, error: BaseException | None) -> bool:
+        """Count one finished op; whether to issue another."""
+        self.in_flight -= 1
         if error is None:
-            self._added(_, lh, started)
+            self.recorder.record(started)
         else:
-            self._error(error, lh)
-
-    def _added(self, _: int, lh: LedgerHandle, started: float) -> None:
-        self.in_flight -= 1
-        self.recorder.record(started)
-        self._next(lh)
-
-    def _failed(self, failure: Any, lh: LedgerHandle) -> None:
-        self._error(failure.value, lh)
-
-    def _error(self, error: BaseException, lh: LedgerHandle) -> None:
-        self.in_flight -= 1
-        self.recorder.errors += 1
-        if self.failure is None:
-            self.failure = error if isinstance(error, BkctlError) else BkctlError(repr(error))
-        self._next(lh)
-
-    def _next(self, lh: LedgerHandle) -> None:
+            self.recorder.errors += 1
+            if self.failure is None:
+                self.failure = error if isinstance(error, BkctlError) else BkctlError(repr(error))
         if self.failure is None and self.recorder.clock() < self.stop_at:
-            self._issue(lh)
-        elif self.in_flight == 0 and not self.finished.called:
+            return True
+        if self.in_flight == 0 and not self.finished.called:
             self.finished.callback(None)
+        return False
+
+
+class _AddStream:
+    """The adds of one ledger. Acknowledgements come in entry order, so their start times wait in a
+    FIFO and one bound method serves every add (no closure per add: it cost as much as the add path)."""
+
+    def __init__(self, load: _WriteLoad, lh: LedgerHandle) -> None:
+        self.load, self.lh = load, lh
+        self.started: deque[float] = deque()
+
+    def issue(self) -> None:
+        self.load.in_flight += 1
+        self.started.append(self.load.recorder.clock())
+        self.lh.add_callback(self.load.data, self.acknowledged)
+
+    def acknowledged(self, _: int, error: BkctlError | None) -> None:
+        if self.load._done(self.started.popleft(), error):
+            self.issue()
 
 
 # --- read -----------------------------------------------------------------------------------------------
@@ -251,12 +253,33 @@ class _ReadLoad(_WriteLoad):
         super().__init__([lh], b"", outstanding, recorder)
         self.next_entry = 0
 
-    def _issue(self, lh: LedgerHandle) -> None:
+    async def run(self, duration: float) -> None:
+        from twisted.internet.defer import Deferred
+
+        self.stop_at = self.recorder.clock() + duration
+        self.finished = Deferred()
+        with _Progress(self.handles[0].client.reactor, self.recorder, duration, "reads"):
+            for _ in range(self.outstanding):
+                self._issue()
+            await self.finished
+        if self.failure is not None:
+            raise self.failure
+
+    def _issue(self) -> None:
+        lh = self.handles[0]
         self.in_flight += 1
         entry_id = self.next_entry
         self.next_entry = (entry_id + 1) % (lh.last_add_confirmed + 1)
         started = self.recorder.clock()
-        lh.read(entry_id).addCallbacks(self._added, self._failed, (lh, started), {}, (lh,))
+        lh.read(entry_id).addCallbacks(self._read, self._read_failed, (started,), {}, (started,))
+
+    def _read(self, _: object, started: float) -> None:
+        if self._done(started, None):
+            self._issue()
+
+    def _read_failed(self, failure: Any, started: float) -> None:
+        if self._done(started, failure.value):
+            self._issue()
 
 
 # --- output ---------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import typer
 from bkctl.commands.bookie import app
 from bkctl.commands.options import MetadataOption
 from bkctl.commands.output import Column, OutputFormat, OutputOption, message, resolve, write_json, write_rows
+from bkctl.commands.running import freeze_heap
 from bkctl.errors import BkctlError, UsageError
 
 if TYPE_CHECKING:
@@ -131,7 +132,6 @@ def start(
 
 
 def _run(config: BookieConfig, uri: str, port_file: Path | None) -> None:
-    import gc
 
     from twisted.internet import reactor as the_reactor
 
@@ -143,11 +143,7 @@ def _run(config: BookieConfig, uri: str, port_file: Path | None) -> None:
     failure: list[BaseException] = []
 
     def serving(_: object) -> None:
-        # The heap built so far (config, metadata, caches) lives as long as the bookie: keep the GC
-        # from walking it on every collection, and collect young objects less often (p99 latency).
-        gc.collect()
-        gc.freeze()
-        gc.set_threshold(50_000, 50, 100)
+        freeze_heap()  # the heap built so far (config, metadata, caches) lives as long as the bookie
         if port_file is not None:
             port_file.write_text(f"{service.port}\n")
         http = (

@@ -9,6 +9,7 @@ connections and returns the coroutine's result. A BkctlError raised inside the r
 from __future__ import annotations
 
 import contextlib
+import gc
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -49,6 +50,18 @@ def react(work: Callable[[Any], Awaitable[T]]) -> T:
     raise BkctlError(f"{type(value).__name__}: {value}") from value
 
 
+def freeze_heap() -> None:
+    """Put everything alive now (imported modules, settings, open stores) out of the cyclic GC's sight.
+
+    A busy loop then pays only for its own garbage: without this every gen-2 collection rescans the
+    whole import-time heap (twisted, typer, kazoo, ...), a 30-80 ms pause that was most of the client's
+    p99 under load (benchmarks/RESULTS.md). Young objects are collected less often for the same reason.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 50, 100)
+
+
 def run_client(
     metadata: str | None, work: Callable[[Client], Awaitable[T]], *, request_timeout_ms: int | None = None
 ) -> T:
@@ -62,6 +75,7 @@ def run_client(
 
         async def main(reactor: Any) -> T:
             client = Client(layout, reactor, **options)  # type: ignore[arg-type]
+            freeze_heap()
             try:
                 return await work(client)
             finally:

@@ -10,7 +10,14 @@ from twisted.internet.error import ConnectionRefusedError
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.python.failure import Failure
 
-from bkctl.client.bookie_client import RC_TIMEOUT, RC_UNAVAILABLE, BookieClient, BookieClients, error_for
+from bkctl.client.bookie_client import (
+    RC_TIMEOUT,
+    RC_UNAVAILABLE,
+    BookieClient,
+    BookieClients,
+    add_key,
+    error_for,
+)
 from bkctl.errors import FencedError, TimeoutError_, UnavailableError
 from bkctl.model import DigestType
 from bkctl.protocol import wire
@@ -185,6 +192,22 @@ def test_request_bound_and_closed_client() -> None:
     h.client.read(5, 9, h.cb("late"))
     h.reactor.advance(0)
     assert h.results[-1] == ("late", RC_UNAVAILABLE, b"")
+
+
+def test_send_adds_batches_shared_items_and_refuses_only_the_excess() -> None:
+    h = Harness(requests_max=3)
+    replies: list[tuple[str, int]] = []
+    items = [
+        (add_key(5, i), wire.frame(wire.encode_add_request(entry(5, i), KEY)), f"a{i}") for i in range(4)
+    ]
+    h.client.send_adds(items, lambda argument, rc, body: replies.append((argument, rc)))
+    h.reactor.advance(0)
+    assert replies == [("a3", RC_UNAVAILABLE)]  # over the bound: the last one only, and not synchronously
+    h.accept()
+    assert [r.entry_id for r in h.sent()] == [0, 1, 2]  # type: ignore[union-attr]
+    h.reply(*(wire.encode_add_response(EOK, 5, i) for i in (1, 0, 2)))
+    assert replies[1:] == [("a1", EOK), ("a0", EOK), ("a2", EOK)]
+    assert h.client.in_flight == 0
 
 
 def test_unreachable_bookie_id_fails_requests() -> None:
