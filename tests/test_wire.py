@@ -20,6 +20,8 @@ from bkctl.errors import (
     UnauthorizedError,
     UnavailableError,
 )
+from bkctl.model import DigestType
+from bkctl.protocol import entry as entries
 from bkctl.protocol import wire
 from bkctl.protocol.wire import (
     FLAG_DO_FENCING,
@@ -265,6 +267,19 @@ def test_add_request_round_trip(version: int, flag: int, key: bytes, lid: int, e
     entry = struct.pack(">qq", lid, eid) + rest
     payload = wire.encode_add_request(entry, key, flag, version)
     assert wire.decode_request(payload) == AddRequest(version, flag, key, lid, eid, entry)
+
+
+@given(
+    st.sampled_from(list(DigestType)), flags, keys, int64, st.integers(0, 2**63 - 1), st.binary(max_size=300)
+)
+def test_framed_add_in_one_copy_equals_the_composed_codecs(
+    digest: DigestType, flag: int, key: bytes, lid: int, eid: int, payload: bytes
+) -> None:
+    mac = entries.mac_key(b"pw")
+    head = entries.entry_head(digest, lid, eid, eid - 1, eid + len(payload), payload, mac)
+    packaged = entries.package_entry(digest, lid, eid, eid - 1, eid + len(payload), payload, mac)
+    one_copy = wire.frame_add_request(wire.add_request_head(key, flag), head, payload)
+    assert one_copy == wire.frame(wire.encode_add_request(packaged, key, flag))
 
 
 @given(st.sampled_from([0, 1, 2]), flags, int64, int64, keys)

@@ -45,7 +45,7 @@ from bkctl.errors import (
 from bkctl.metadata.layout import Layout
 from bkctl.model import DigestType, LedgerMetadata, LedgerState, Segment
 from bkctl.protocol import wire
-from bkctl.protocol.entry import mac_key, master_key, package_entry
+from bkctl.protocol.entry import entry_head, mac_key, master_key
 from bkctl.protocol.quorum import Quorum
 
 log = logging.getLogger(__name__)
@@ -257,20 +257,19 @@ class LedgerHandle:
         window = limits.CLIENT_ADDS_IN_FLIGHT_MAX - (len(self._pending) - len(unsent))
         if not unsent or window <= 0:
             return
-        # The hot loop: locals only. One package + CRC + frame per entry, the same item to each copy.
+        # The hot loop: locals only. One header + CRC + frame per entry, the same item to each copy.
         targets = self._bookie_targets()
         batches: list[list[Item]] = [[] for _ in targets]
         write_sets = self._write_sets
         ensemble_size = len(write_sets)
         digest, ledger_id, lac, mac = self.digest, self.ledger_id, self.last_add_confirmed, self.mac
-        key, flags = self.master_key, self.add_flags
-        encode, frame = wire.encode_add_request, wire.frame
+        head, frame = wire.add_request_head(self.master_key, self.add_flags), wire.frame_add_request
         popleft = unsent.popleft
         for _ in range(min(window, len(unsent))):
             add = popleft()
-            entry_id = add.entry_id
-            packaged = package_entry(digest, ledger_id, entry_id, lac, add.length, add.payload, mac)
-            add.frame = frame(encode(packaged, key, flags))
+            entry_id, payload = add.entry_id, add.payload
+            packaged_head = entry_head(digest, ledger_id, entry_id, lac, add.length, payload, mac)
+            add.frame = frame(head, packaged_head, payload)
             item = (add_key(ledger_id, entry_id), add.frame, add)
             for index in write_sets[entry_id % ensemble_size]:
                 batches[index].append(item)

@@ -76,10 +76,23 @@ def package_entry(
     key: bytes | None = None,
 ) -> bytes:
     """Encode one entry as a client sends it (header, digest, payload)."""
+    return entry_head(digest, ledger_id, entry_id, last_add_confirmed, length, payload, key) + payload
+
+
+def entry_head(
+    digest: DigestType,
+    ledger_id: int,
+    entry_id: int,
+    last_add_confirmed: int,
+    length: int,
+    payload: bytes,
+    key: bytes | None = None,
+) -> bytes:
+    """A packaged entry without its payload: header and digest (of header and payload)."""
     if len(payload) > limits.ENTRY_SIZE_MAX:
         raise ProtocolError(f"entry of {len(payload)} bytes exceeds the {limits.ENTRY_SIZE_MAX}-byte limit")
     header = _pack(HEADER, ledger_id, entry_id, last_add_confirmed, length)
-    return header + compute_digest(digest, header, payload, key) + payload
+    return header + compute_digest(digest, header, payload, key)
 
 
 def parse_entry(data: bytes | memoryview, digest: DigestType) -> PackagedEntry:

@@ -343,12 +343,26 @@ def encode_add_request(
     entry: bytes, master_key: bytes, flags: int = FLAG_NONE, version: int = PROTOCOL_VERSION
 ) -> bytes:
     """An ADD_ENTRY payload: header, 20-byte master key, packaged entry (which starts with its ids)."""
-    _check_key(master_key)
     if len(entry) < _IDS.size:
         raise ProtocolError(f"packaged entry of {len(entry)} bytes has no ledger and entry id")
     if len(entry) > limits.FRAME_SIZE_MAX - _ADD_HEAD.size:
         raise ProtocolError(f"entry of {len(entry)} bytes does not fit in a frame")
-    return _ADD_HEAD.pack(pack_header(version, OpCode.ADD_ENTRY, flags), master_key) + entry
+    return add_request_head(master_key, flags, version) + entry
+
+
+def add_request_head(master_key: bytes, flags: int = FLAG_NONE, version: int = PROTOCOL_VERSION) -> bytes:
+    """What every ADD_ENTRY payload of one writer starts with: the header int and the master key."""
+    _check_key(master_key)
+    return _ADD_HEAD.pack(pack_header(version, OpCode.ADD_ENTRY, flags), master_key)
+
+
+def frame_add_request(head: bytes, entry_head: bytes, payload: bytes) -> bytes:
+    """A framed ADD_ENTRY, built with one copy: the length prefix, `head` (from `add_request_head`),
+    a packaged entry's header and digest (`entry.entry_head`), its payload. The writer's hot path."""
+    size = len(head) + len(entry_head) + len(payload)
+    if size > limits.FRAME_SIZE_MAX:
+        raise ProtocolError(f"frame of {size} bytes exceeds the {limits.FRAME_SIZE_MAX}-byte limit")
+    return b"".join((_LENGTH.pack(size), head, entry_head, payload))
 
 
 def encode_read_request(
