@@ -28,6 +28,8 @@ PASSWORD_SIZE_MAX: Final = 1024
 JOURNAL_RECORD_SIZE_MAX: Final = FRAME_SIZE_MAX
 ENTRYLOG_RECORD_SIZE_MAX: Final = FRAME_SIZE_MAX
 ENTRYLOG_LEDGERS_MAP_BATCH_MAX: Final = 10_000
+# A bookie's journal dirs: each has its own writer and fsync thread.
+JOURNAL_DIRS_MAX: Final = 64
 # Read files in chunks of this size: inspect never reads a whole file into memory.
 FILE_READ_CHUNK: Final = 4 * 1024 * 1024
 

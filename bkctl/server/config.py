@@ -42,7 +42,7 @@ class BookieConfig:
     journal_max_group_wait_ms: float = 2.0
     journal_buffered_writes_threshold: int = 512 * 1024
     journal_buffered_entries_threshold: int = 0
-    journal_flush_when_queue_empty: bool = False
+    journal_flush_when_queue_empty: bool = True  # BookKeeper: false; see docs/bookie.md "group commit"
     journal_prealloc_size: int = 16 * MIB
     journal_max_size: int = 2048 * MIB
     journal_alignment: int = 512
@@ -336,6 +336,10 @@ def _validate(config: BookieConfig) -> BookieConfig:
             f"config key diskUsageLwmThreshold: {config.disk_usage_lwm_threshold} is above "
             f"diskUsageThreshold {config.disk_usage_threshold}"
         )
+    if len(set(config.journal_dirs)) != len(config.journal_dirs):
+        raise UsageError("config key journalDirectories: a directory is listed twice")
+    if len(config.journal_dirs) > limits.JOURNAL_DIRS_MAX:
+        raise UsageError(f"config key journalDirectories: more than {limits.JOURNAL_DIRS_MAX} directories")
     all_dirs = [*config.journal_dirs, *config.ledger_dirs]
     if len(set(all_dirs)) != len(all_dirs):
         raise UsageError("config keys journalDirectories and ledgerDirectories share a directory")

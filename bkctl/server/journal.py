@@ -4,7 +4,9 @@ Reactor thread: `append` adds a record's length prefix and body to the pending l
 Deferred). Once per reactor tick the pending list goes to the file with one `os.pwritev` (chunked by
 IOV_MAX). A group is *committed* (padding record so the next write starts aligned, then a sync request
 to the sync thread) when the group wait expires, the buffered bytes or entries threshold is reached,
-or at the end of the tick when `flush_when_queue_empty` is set, as BookKeeper's journal does. The
+or at the end of the tick when `flush_when_queue_empty` is set, as BookKeeper's journal does, with
+one refinement: while an fsync is running, flush-when-empty holds the group and commits it the
+moment that fsync is delivered (one commit per fsync under load, at once when the disk is idle). The
 sync thread takes every queued request, fdatasyncs each file once, and hands the whole batch back
 with one `callFromThread`; only then are the batch's tokens given to `on_durable`, in journal order.
 """
@@ -24,7 +26,7 @@ from typing import Any, Final
 from twisted.internet.defer import Deferred
 
 from bkctl.protocol import journal_format as jf
-from bkctl.server.fileio import drop_cached, write_all
+from bkctl.server.fileio import drop_cached, reserve, write_all
 from bkctl.server.metrics import StorageMetrics
 
 log = logging.getLogger("bkctl.bookie")
@@ -51,6 +53,7 @@ class JournalSettings:
     alignment: int = jf.DEFAULT_ALIGNMENT
     max_backups: int = 5
     sync_data: bool = True
+    index: int = 0  # which of the bookie's journals (names its sync thread)
 
 
 @dataclass
@@ -70,6 +73,7 @@ class SyncBatch:
     mark: Mark
     latency_ms: float
     error: OSError | None = None
+    requests: int = 1  # sync requests this batch answers
 
 
 @dataclass
@@ -85,7 +89,11 @@ class SyncThread:
     """Drains every pending sync request, fdatasyncs once per file, delivers one batch per drain."""
 
     def __init__(
-        self, deliver: Callable[[SyncBatch], None], call_from_thread: Callable[..., Any], sync_data: bool
+        self,
+        deliver: Callable[[SyncBatch], None],
+        call_from_thread: Callable[..., Any],
+        sync_data: bool,
+        name: str = "bkctl-journal-sync",
     ) -> None:
         self._deliver = deliver
         self._call_from_thread = call_from_thread
@@ -94,7 +102,7 @@ class SyncThread:
         self._dropped_fd = -1  # the file whose pages before _dropped_to are out of the page cache
         self._dropped_to = 0
         self._cond = threading.Condition()
-        self._thread = threading.Thread(target=self._run, name="bkctl-journal-sync", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -153,7 +161,7 @@ class SyncThread:
         latency_ms = (time.perf_counter() - started) * 1000.0
         tokens = requests[0].tokens if len(requests) == 1 else [t for r in requests for t in r.tokens]
         entries = sum(r.entries for r in requests)
-        return SyncBatch(tokens, entries, requests[-1].mark, latency_ms, error)
+        return SyncBatch(tokens, entries, requests[-1].mark, latency_ms, error, len(requests))
 
 
 class JournalWriter:
@@ -172,10 +180,13 @@ class JournalWriter:
         self._on_durable = on_durable
         self._metrics = metrics
         self._on_failure = on_failure
-        self._sync = SyncThread(self._delivered, reactor.callFromThread, settings.sync_data)
+        # Journal 0's thread keeps the plain name; with several journals each has its own thread.
+        name = "bkctl-journal-sync" + (f"-{settings.index}" if settings.index else "")
+        self._sync = SyncThread(self._delivered, reactor.callFromThread, settings.sync_data, name)
         self._wait_s = settings.group_wait_ms / 1000.0
         # BookKeeper forces flush-when-queue-empty when there is no group wait.
         self._flush_when_empty = settings.flush_when_queue_empty or settings.group_wait_ms <= 0
+        self._syncs_in_flight = 0  # commits submitted and not yet delivered
         self._prealloc = max(
             settings.alignment, settings.prealloc_size // settings.alignment * settings.alignment
         )
@@ -263,10 +274,24 @@ class JournalWriter:
         group = self._group
         entries_max = self.settings.buffered_entries_threshold
         if (
-            self._flush_when_empty
+            (self._flush_when_empty and not self._syncs_in_flight)
             or group.size >= self.settings.buffered_bytes_threshold
             or (entries_max > 0 and group.entries >= entries_max)
         ):
+            self._commit()
+
+    def _commit_held(self) -> None:
+        """With flush-when-empty, a group that arrived while an fsync ran was held: commit it now that
+        the disk is free, so it goes in one fsync instead of one per reactor tick."""
+        group = self._group
+        if (
+            self._flush_when_empty
+            and not self._syncs_in_flight
+            and (group.entries or group.tokens)
+            and self.failed is None
+            and self._stopped is None
+        ):
+            self._write_pending()
             self._commit()
 
     def _on_group_wait(self) -> None:
@@ -293,6 +318,7 @@ class JournalWriter:
             return
         roll = self._position >= self.settings.max_size
         self._sync.submit(self._request(close=roll))
+        self._syncs_in_flight += 1
         if roll:
             self._open(self.journal_id + 1)
 
@@ -319,16 +345,16 @@ class JournalWriter:
         return True
 
     def _allocate(self, end: int) -> None:
-        """Preallocate in prealloc-size steps so fdatasync rarely has to grow the file."""
+        """Reserve disk blocks in prealloc-size steps so fdatasync rarely has to allocate any.
+
+        The file's size is NOT extended (no zero-filled tail, unlike BookKeeper's zero block at the new
+        end): a write cut short by a crash must leave the file ending where it stopped, or replay would
+        take the cut record, completed by zeros, as whole (see fileio.reserve).
+        """
         if end <= self._allocated:
             return
         new_end = -(-end // self._prealloc) * self._prealloc
-        try:
-            os.posix_fallocate(self._fd, self._allocated, new_end - self._allocated)
-        except (OSError, AttributeError):
-            # BookKeeper's way: a zero block at the new end leaves a sparse file that reads as zeros.
-            alignment = self.settings.alignment
-            os.pwrite(self._fd, bytes(alignment), new_end - alignment)
+        reserve(self._fd, self._allocated, new_end - self._allocated)  # best effort
         self._allocated = new_end
 
     def _open(self, journal_id: int) -> None:
@@ -353,6 +379,7 @@ class JournalWriter:
     # --- sync thread results (reactor thread) ---------------------------------------------------
 
     def _delivered(self, batch: SyncBatch) -> None:
+        self._syncs_in_flight -= batch.requests
         if batch.error is not None:
             self._fail(batch.error)
         else:
@@ -360,6 +387,7 @@ class JournalWriter:
             self._metrics.observe_fsync(batch.latency_ms, batch.entries)
             if batch.tokens:
                 self._on_durable(batch.tokens)
+            self._commit_held()
         if self._stopped is not None and batch.mark == self._stop_mark and not self._stopped.called:
             self._stopped.callback(None)
 

@@ -81,6 +81,25 @@ def replay(
     return report
 
 
+def merge_reports(reports: list[ReplayReport]) -> ReplayReport:
+    """One report for the replay of several journals: counts summed, marks those of the first journal.
+
+    With several, each journal name is prefixed by its journal's index (each dir has its own journal ids).
+    """
+    if len(reports) == 1:
+        return reports[0]
+    merged = ReplayReport(reports[0].start_mark, reports[0].end_mark)
+    for index, report in enumerate(reports):
+        merged.journals += [f"journal {index}: {name}" for name in report.journals]
+        merged.records += report.records
+        merged.entries += report.entries
+        merged.bytes += report.bytes
+        merged.skipped += report.skipped
+        merged.seconds += report.seconds
+        merged.stops += report.stops
+    return merged
+
+
 class _JournalScan:
     """Replays one journal file through the reused chunk buffer."""
 

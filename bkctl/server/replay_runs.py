@@ -45,6 +45,9 @@ class ReplayRuns:
 
     def add(self, ledger_id: int, entry_id: int, stored_entry: memoryview) -> None:
         """One entry from the codec path; its ledger is admitted to the fast path from now on."""
+        if _SIZE_PREFIX + len(stored_entry) > self._writer.room():
+            # `append` rotates first: the full log's ledgers map must count the runs written to it.
+            self._count_sizes()
         self._admit(ledger_id).slots[entry_id] = self._writer.append(ledger_id, stored_entry)
         self.count += 1
 

@@ -1,7 +1,8 @@
 """Ledger storage of the bookie: add / read / fence, checkpoints (lastMark) and replay on start.
 
-Threads: the reactor thread validates adds, puts them in the write cache and appends journal records;
-the journal's sync thread fdatasyncs; a reactor pool thread runs each checkpoint (entry log, index
+Threads: the reactor thread validates adds, puts them in the write cache and appends journal records
+(a ledger's records always to the same journal: ledger id mod the number of journal dirs); each
+journal's sync thread fdatasyncs; a reactor pool thread runs each checkpoint (entry log, index
 pages, lastMark, old journals) while adds go on into a fresh write cache. Reads look in the active
 cache, then the cache being flushed, then index + entry log. See docs/bookie.md, "Storage engine".
 """
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from twisted.internet.defer import Deferred
+from twisted.internet.defer import Deferred, gatherResults
 from twisted.internet.threads import deferToThreadPool
 from twisted.python.failure import Failure
 
@@ -34,7 +35,7 @@ from bkctl.server.entrylog import EntryLogReader, EntryLogWriter, last_log_id
 from bkctl.server.index import IndexStore
 from bkctl.server.journal import JournalSettings, JournalWriter, Mark, list_journals, remove_old_journals
 from bkctl.server.metrics import StorageMetrics
-from bkctl.server.replay import ReplayReport, replay
+from bkctl.server.replay import ReplayReport, merge_reports, replay
 from bkctl.server.replay_runs import ReplayRuns
 from bkctl.server.write_cache import SIZE_PREFIX, LedgerBuffer, WriteCache, shifted_slots
 
@@ -66,7 +67,7 @@ __all__ = ["ReplayReport", "Storage", "StorageConfig"]
 class StorageConfig:
     """Bookie storage settings; the BookKeeper bk_server.conf name is in each comment."""
 
-    journal_dirs: tuple[Path, ...]  # journalDirectories (one is supported)
+    journal_dirs: tuple[Path, ...]  # journalDirectories: ledger L's records go to journal L mod their count
     ledger_dirs: tuple[Path, ...]  # ledgerDirectories
     index_dirs: tuple[Path, ...] = ()  # indexDirectories; empty = the ledger dirs
     journal_max_group_wait_ms: float = 2.0  # journalMaxGroupWaitMSec
@@ -87,8 +88,12 @@ class StorageConfig:
     read_only: bool = False  # readOnlyModeEnabled + forced read-only at start
 
     def __post_init__(self) -> None:
-        if len(self.journal_dirs) != 1:
-            raise UsageError(f"exactly one journal dir is supported, got {len(self.journal_dirs)}")
+        if not 1 <= len(self.journal_dirs) <= limits.JOURNAL_DIRS_MAX:
+            raise UsageError(
+                f"1 to {limits.JOURNAL_DIRS_MAX} journal dirs are supported, got {len(self.journal_dirs)}"
+            )
+        if len(set(self.journal_dirs)) != len(self.journal_dirs):
+            raise UsageError("a journal dir is listed twice")
         if not self.ledger_dirs:
             raise UsageError("at least one ledger dir is needed")
         if not self.index_dirs:
@@ -98,9 +103,10 @@ class StorageConfig:
         if self.journal_alignment < 16 or self.journal_alignment % 16:
             raise UsageError(f"journal alignment {self.journal_alignment} must be a multiple of 16")
 
-    def journal_settings(self) -> JournalSettings:
+    def journal_settings(self, index: int = 0) -> JournalSettings:
+        """Settings of journal `index` (its dir's `current/`); every journal shares the tuning."""
         return JournalSettings(
-            directory=self.journal_dirs[0] / "current",
+            directory=self.journal_dirs[index] / "current",
             group_wait_ms=self.journal_max_group_wait_ms,
             buffered_bytes_threshold=self.journal_buffered_writes_threshold,
             buffered_entries_threshold=self.journal_buffered_entries_threshold,
@@ -110,6 +116,7 @@ class StorageConfig:
             alignment=self.journal_alignment,
             max_backups=self.journal_max_backups,
             sync_data=self.journal_sync_data,
+            index=index,
         )
 
 
@@ -138,7 +145,7 @@ class LedgerInfo:
 class _Checkpoint:
     cache: WriteCache
     headers: dict[int, ixf.IndexHeader]
-    mark: Mark
+    marks: tuple[Mark, ...]  # one per journal, taken at the swap
     waiters: list[Deferred[None]] = field(default_factory=list)
 
 
@@ -159,14 +166,16 @@ class Storage:
         self.metrics = StorageMetrics()
         self._reactor = reactor
         self._on_durable = on_durable
-        self._journal_dir = config.journal_dirs[0] / "current"
+        self._journal_currents = [d / "current" for d in config.journal_dirs]
         self._ledger_currents = [d / "current" for d in config.ledger_dirs]
         self._index = IndexStore(config.index_dirs, config.ledger_cache_pages_max)
         self._reader = EntryLogReader(config.ledger_dirs)
         self._writer = EntryLogWriter(config.ledger_dirs, config.log_size_limit)
-        self._journal = JournalWriter(
-            config.journal_settings(), reactor, on_durable, self.metrics, self._journal_failed
-        )
+        self._journals = [
+            JournalWriter(config.journal_settings(i), reactor, on_durable, self.metrics, self._journal_failed)
+            for i in range(len(config.journal_dirs))
+        ]
+        self._journal = self._journals[0]  # journal 0: what info() reports (and the only one, usually)
         self._ledgers: dict[int, LedgerInfo] = {}
         self._active = WriteCache()
         self._flushing: WriteCache | None = None
@@ -178,7 +187,7 @@ class Storage:
         self._periodic: Any = None
         self._started = False
         self._stopping: Deferred[None] | None = None
-        self.last_mark_written: Mark = (-1, 0)
+        self.last_marks_written: tuple[Mark, ...] = ((-1, 0),) * len(self._journals)
         self._replay_skipped = 0
         self._replay_runs = ReplayRuns(self._writer)
         self._checkpoint_at_bytes = max(1, int(config.write_cache_max_bytes * CHECKPOINT_AT_FRACTION))
@@ -186,24 +195,31 @@ class Storage:
     # --- start: replay ----------------------------------------------------------------------------
 
     def start(self) -> ReplayReport:
-        """Blocking, before the bookie listens: replay the journal from lastMark, checkpoint, open files."""
+        """Blocking, before the bookie listens: replay each journal from its lastMark, checkpoint, open files.
+
+        Journals are replayed one after the other: a ledger's records are all in one journal, so the
+        order across journals does not matter.
+        """
         for directory in (
-            self._journal_dir,
+            *self._journal_currents,
             *self._ledger_currents,
             *(d / "current" for d in self.config.index_dirs),
         ):
             directory.mkdir(parents=True, exist_ok=True)
         self._writer.open_next(last_log_id(self.config.ledger_dirs))
-        mark = self._read_last_mark()
-        report = replay(self._journal_dir, mark, self._replay_record, self._replay_take)
+        marks = self._read_last_marks()
+        report = merge_reports(
+            [
+                replay(directory, mark, self._replay_record, self._replay_take)
+                for directory, mark in zip(self._journal_currents, marks, strict=True)
+            ]
+        )
         report.skipped += self._replay_skipped
         self._write_replay_slots()
-        journal_id = max(
-            int(time.time() * 1000), max((j for j, _ in list_journals(self._journal_dir)), default=0) + 1
-        )
-        self._journal.start(journal_id)
-        self._write_last_mark(self._journal.mark)
-        remove_old_journals(self._journal_dir, self._journal.mark, self.config.journal_max_backups)
+        for journal, directory in zip(self._journals, self._journal_currents, strict=True):
+            journal.start(_next_journal_id(directory))
+        self._write_last_marks(self._marks())
+        self._remove_old_journals(self._marks())
         self._started = True
         self._schedule_periodic()
         log.info(
@@ -217,10 +233,18 @@ class Storage:
         )
         return report
 
-    def _read_last_mark(self) -> Mark:
+    def _last_mark_name(self, index: int) -> str:
+        """`lastMark` with one journal, `lastMark.<i>` for journal i of several, as BookKeeper names them."""
+        return LAST_MARK_NAME if len(self._journals) == 1 else f"{LAST_MARK_NAME}.{index}"
+
+    def _read_last_marks(self) -> list[Mark]:
+        return [self._read_last_mark(self._last_mark_name(i)) for i in range(len(self._journals))]
+
+    def _read_last_mark(self, name: str) -> Mark:
+        """The largest mark named `name` over the ledger dirs; (-1, 0) (replay everything) if none."""
         marks = [(-1, 0)]
         for directory in self._ledger_currents:
-            path = directory / LAST_MARK_NAME
+            path = directory / name
             if path.is_file():
                 try:
                     found = read_last_mark(path)
@@ -331,7 +355,7 @@ class Storage:
         self._active.put(ledger_id, entry_id, entry)
         if entry_id > info.last_entry_id:
             info.last_entry_id = entry_id
-        self._journal.append(entry, token)
+        self._journals[ledger_id % len(self._journals)].append(entry, token)
         metrics = self.metrics
         metrics.adds += 1
         metrics.bytes_written += size
@@ -343,8 +367,17 @@ class Storage:
         """First sight of a ledger: its master key goes to the journal before any of its records."""
         info = LedgerInfo(master_key, key_journaled=True)
         self._ledgers[ledger_id] = info
-        self._journal.append(jf.encode_master_key(ledger_id, master_key), None)
+        self._journal_of(ledger_id).append(jf.encode_master_key(ledger_id, master_key), None)
         return info
+
+    def _journal_of(self, ledger_id: int) -> JournalWriter:
+        """The ledger's journal: its records all go there, so replay keeps their order (Python's % is
+        non-negative for a positive divisor, like BookKeeper's MathUtils.signSafeMod)."""
+        return self._journals[ledger_id % len(self._journals)]
+
+    def _marks(self) -> tuple[Mark, ...]:
+        """Every journal's position after its last appended record."""
+        return tuple(journal.mark for journal in self._journals)
 
     def _ledger(self, ledger_id: int) -> LedgerInfo | None:
         """The ledger's state, loaded from its index file on first use; None when the bookie lacks it."""
@@ -391,14 +424,15 @@ class Storage:
             info = self._new_ledger(ledger_id, master_key)
         elif info.master_key != master_key:
             return self.metrics.error(_EUA)
+        journal = self._journal_of(ledger_id)
         if not info.fenced:
             info.fenced = info.dirty = True
-            self._journal.append(jf.encode_fence(ledger_id), token)
-            info.fence_mark = self._journal.mark
-        elif self._journal.durable_mark >= info.fence_mark:
+            journal.append(jf.encode_fence(ledger_id), token)
+            info.fence_mark = journal.mark
+        elif journal.durable_mark >= info.fence_mark:
             self._on_durable([token])  # already fenced durably: recovery reads need not wait an fsync
         else:
-            self._journal.append_token(token)  # the fence record's own fsync is still to come
+            journal.append_token(token)  # the fence record's own fsync is still to come
         return _EOK
 
     def explicit_lac(self, ledger_id: int) -> bytes | None:
@@ -462,7 +496,7 @@ class Storage:
         return self._manual_read_only or self._disk_full or self._journal_broken
 
     def _check_disk_usage(self) -> None:
-        usage = max(_disk_usage(d) for d in (self._journal_dir, *self._ledger_currents))
+        usage = max(_disk_usage(d) for d in (*self._journal_currents, *self._ledger_currents))
         if not self._disk_full and usage > self.config.disk_usage_threshold:
             self._disk_full = True
             log.error("disk usage %.1f%% is above the threshold: read-only", usage * 100)
@@ -484,7 +518,7 @@ class Storage:
         return done
 
     def _start_checkpoint(self) -> None:
-        run = _Checkpoint(self._active, self._dirty_headers(), self._journal.mark, self._waiters)
+        run = _Checkpoint(self._active, self._dirty_headers(), self._marks(), self._waiters)
         self._waiters = []
         self._active, self._flushing, self._running = WriteCache(), run.cache, run
         pool = self._reactor.getThreadPool()
@@ -500,11 +534,15 @@ class Storage:
         return headers
 
     def _checkpoint_in_thread(self, run: _Checkpoint) -> None:
-        if not run.cache and not run.headers and run.mark == self.last_mark_written:
+        if not run.cache and not run.headers and run.marks == self.last_marks_written:
             return
         self._write_out(run.cache, run.headers)
-        self._write_last_mark(run.mark)
-        remove_old_journals(self._journal_dir, run.mark, self.config.journal_max_backups)
+        self._write_last_marks(run.marks)
+        self._remove_old_journals(run.marks)
+
+    def _remove_old_journals(self, marks: tuple[Mark, ...]) -> None:
+        for directory, mark in zip(self._journal_currents, marks, strict=True):
+            remove_old_journals(directory, mark, self.config.journal_max_backups)
 
     def _checkpoint_done(self, result: object, run: _Checkpoint) -> None:
         self._running = None
@@ -551,18 +589,17 @@ class Storage:
                 locations = {entry_id: _SLOT.unpack_from(run, n * 8)[0] for entry_id, n in ledger.numbered()}
                 self._index.write(ledger_id, header, locations)
 
-    def _write_last_mark(self, mark: Mark) -> None:
-        data = jf.encode_last_mark(*mark)
+    def _write_last_marks(self, marks: tuple[Mark, ...]) -> None:
+        """Every journal's mark to every ledger dir (after the entry log and index are fsynced)."""
         for directory in self._ledger_currents:
-            temporary = directory / (LAST_MARK_NAME + ".tmp")
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                os.write(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(temporary, directory / LAST_MARK_NAME)
-        self.last_mark_written = mark
+            for index, mark in enumerate(marks):
+                _write_file(directory / self._last_mark_name(index), jf.encode_last_mark(*mark))
+        self.last_marks_written = marks
+
+    @property
+    def last_mark_written(self) -> Mark:
+        """Journal 0's last checkpoint mark (the only one with a single journal dir)."""
+        return self.last_marks_written[0]
 
     def _schedule_periodic(self) -> None:
         self._periodic = self._reactor.callLater(self.config.flush_interval_ms / 1000.0, self._on_periodic)
@@ -588,8 +625,10 @@ class Storage:
             return self._stopping
         if self._periodic is not None and self._periodic.active():
             self._periodic.cancel()
-        drained = self._journal.stop() if self._started else Deferred()
-        if not self._started:
+        drained: Deferred[Any] = Deferred()
+        if self._started:
+            drained = gatherResults([journal.stop() for journal in self._journals], consumeErrors=True)
+        else:
             drained.callback(None)
         drained.addCallback(lambda _: self.checkpoint())
         drained.addBoth(self._close_files)
@@ -608,6 +647,8 @@ class Storage:
             "journal_position": self._journal.mark[1],
             "journal_durable_mark": list(self._journal.durable_mark),
             "last_mark": list(self.last_mark_written),
+            "journal_files": [str(j.path) if j.journal_id >= 0 else None for j in self._journals],
+            "last_marks": [list(mark) for mark in self.last_marks_written],
             "entry_log_id": self._writer.log_id,
             "entry_log_position": self._writer.position,
             "write_cache_bytes": self._active.size_bytes,
@@ -643,6 +684,24 @@ def _write_ledger(writer: EntryLogWriter, ledger_id: int, ledger: LedgerBuffer) 
             parts.append(shifted_slots(offsets, done, stop, (writer.log_id << 32) + position - begin))
             done = stop
     return b"".join(parts)
+
+
+def _next_journal_id(directory: Path) -> int:
+    """A new journal's id: the time in ms (as BookKeeper), above every journal already in `directory`."""
+    newest = max((journal_id for journal_id, _ in list_journals(directory)), default=0)
+    return max(int(time.time() * 1000), newest + 1)
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    """Replace `path` with `data` atomically: a fsynced temporary file renamed over it."""
+    temporary = path.with_name(path.name + ".tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temporary, path)
 
 
 def _disk_usage(directory: Path) -> float:

@@ -35,6 +35,11 @@ def config(tmp_path: Path, **overrides: Any) -> StorageConfig:
     return StorageConfig(**settings)
 
 
+def journal_dirs(tmp_path: Path, count: int) -> tuple[Path, ...]:
+    """`count` journal dirs: tmp_path/journal (the single-journal default), then journal1, journal2, ..."""
+    return (tmp_path / "journal", *(tmp_path / f"journal{i}" for i in range(1, count)))
+
+
 def packaged(ledger_id: int, entry_id: int, payload: bytes | None = None) -> bytes:
     data = payload if payload is not None else f"L{ledger_id}-E{entry_id}".encode()
     return entry.package_entry(
@@ -102,8 +107,10 @@ def abandon(storage: Storage) -> None:
     """Leave a storage as kill -9 would: no drain, no checkpoint (its sync thread is ended, files stay)."""
     if storage._periodic is not None and storage._periodic.active():
         storage._periodic.cancel()
-    storage._journal._sync.submit(None)
-    storage._journal._sync.join(WAIT_S)
+    for journal in storage._journals:
+        journal._sync.submit(None)
+    for journal in storage._journals:
+        journal._sync.join(WAIT_S)
 
 
 TestFunction = TypeVar("TestFunction", bound=Callable[..., Any])

@@ -3,11 +3,6 @@
 from __future__ import annotations
 
 import logging
-import signal
-import subprocess
-import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -17,11 +12,9 @@ from bkctl.model import DigestType
 from bkctl.protocol import journal_format as jf
 from bkctl.protocol.wire import ReturnCode as RC
 from bkctl.server.storage import Storage
-from tests.conftest import REPO
-from tests.server.crash_writer import payload
+from tests.server.crash_writer import assert_served_right, run_until_killed
 from tests.server.helpers import (
     KEY,
-    WAIT_S,
     Durable,
     abandon,
     config,
@@ -35,38 +28,11 @@ from tests.storage_builders import journal_bytes, ledger_journal_bodies, write
 
 @twisted_test
 async def test_every_acknowledged_entry_survives_sigkill(tmp_path: Path) -> None:
-    child = subprocess.Popen(
-        [sys.executable, "-m", "tests.server.crash_writer", str(tmp_path)],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    acked: list[tuple[int, int]] = []
-
-    def collect() -> None:
-        assert child.stdout is not None
-        for line in child.stdout:
-            if line.endswith("\n"):
-                ledger_id, entry_id = map(int, line.split())
-                acked.append((ledger_id, entry_id))
-
-    reader = threading.Thread(target=collect, daemon=True)
-    reader.start()
-    deadline = time.monotonic() + 30
-    # Past several checkpoints (50 ms apart), so replay starts from a lastMark mid-journal.
-    while len(acked) < 20_000 and time.monotonic() < deadline and child.poll() is None:
-        time.sleep(0.01)
-    child.send_signal(signal.SIGKILL)
-    child.wait(WAIT_S)
-    reader.join(WAIT_S)
-    assert len(acked) >= 20_000, f"only {len(acked)} acknowledged before the deadline"
+    acked = run_until_killed(tmp_path)
     storage = Storage(config(tmp_path), Durable(), reactor)
     report = storage.start()
     assert report.start_mark[1] > 512 and report.entries > 0  # from a checkpoint mid-journal
-    for ledger_id, entry_id in acked:
-        expected = packaged(ledger_id, entry_id, payload(ledger_id, entry_id))
-        assert storage.read(ledger_id, entry_id) == (RC.EOK, expected), (ledger_id, entry_id)
+    assert_served_right(storage, acked)
     await storage.stop()
 
 

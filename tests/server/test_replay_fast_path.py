@@ -18,8 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bkctl import limits
+from bkctl.files.entrylog import entry_log_records, ledger_sizes, open_entry_log
 from bkctl.model import DigestType
 from bkctl.protocol import entry
+from bkctl.protocol import entrylog_format as ef
 from bkctl.protocol import journal_format as jf
 from bkctl.protocol.wire import ReturnCode as RC
 from bkctl.server import replay as replay_module
@@ -137,6 +139,31 @@ def test_mixed_journal_same_files_and_reads(
     assert report.skipped == 1 + 8 + 1 and not report.stops  # the deleted ledger's records, the unknown one
     if log_size_limit < 1024 * 1024:
         assert fast._writer.rotations > 3
+    close(fast, slow)
+
+
+def test_log_rotated_by_a_record_by_record_add_counts_the_runs_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each ledger's first entry goes record by record; when it is the one that rotates the entry log,
+    the full log's ledgers map must still count the runs the fast path wrote to it just before."""
+    bodies = []
+    for ledger_id in range(1, 41):
+        bodies.append(jf.encode_master_key(ledger_id, KEY))
+        bodies += [_body(ledger_id, entry_id, 50 + ledger_id) for entry_id in range(3)]
+    (fast, _), (slow, _) = assert_same_replay(
+        tmp_path, journal_bytes(6, bodies), monkeypatch, log_size_limit=4096
+    )
+    assert fast._writer.rotations >= 3
+    for path in sorted((tmp_path / "fast" / "ledgers" / "current").glob("*.log")):
+        log = open_entry_log(path)
+        if log.header is not None and log.header.ledgers_map_offset:
+            scanned: dict[int, int] = {}
+            for _, kind, body in entry_log_records(log):
+                if kind is ef.RecordKind.DATA:
+                    ledger_id = ef.record_key(body)[0]
+                    scanned[ledger_id] = scanned.get(ledger_id, 0) + 4 + len(body)
+            assert ledger_sizes(log).sizes == scanned, path.name
     close(fast, slow)
 
 
