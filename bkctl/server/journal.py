@@ -4,9 +4,7 @@ Reactor thread: `append` adds a record's length prefix and body to the pending l
 Deferred). Once per reactor tick the pending list goes to the file with one `os.pwritev` (chunked by
 IOV_MAX). A group is *committed* (padding record so the next write starts aligned, then a sync request
 to the sync thread) when the group wait expires, the buffered bytes or entries threshold is reached,
-or at the end of the tick when `flush_when_queue_empty` is set, as BookKeeper's journal does, with
-one refinement: while an fsync is running, flush-when-empty holds the group and commits it the
-moment that fsync is delivered (one commit per fsync under load, at once when the disk is idle). The
+or at the end of the tick when `flush_when_queue_empty` is set, as BookKeeper's journal does. The
 sync thread takes every queued request, fdatasyncs each file once, and hands the whole batch back
 with one `callFromThread`; only then are the batch's tokens given to `on_durable`, in journal order.
 """
@@ -73,7 +71,6 @@ class SyncBatch:
     mark: Mark
     latency_ms: float
     error: OSError | None = None
-    requests: int = 1  # sync requests this batch answers
 
 
 @dataclass
@@ -161,7 +158,7 @@ class SyncThread:
         latency_ms = (time.perf_counter() - started) * 1000.0
         tokens = requests[0].tokens if len(requests) == 1 else [t for r in requests for t in r.tokens]
         entries = sum(r.entries for r in requests)
-        return SyncBatch(tokens, entries, requests[-1].mark, latency_ms, error, len(requests))
+        return SyncBatch(tokens, entries, requests[-1].mark, latency_ms, error)
 
 
 class JournalWriter:
@@ -186,7 +183,6 @@ class JournalWriter:
         self._wait_s = settings.group_wait_ms / 1000.0
         # BookKeeper forces flush-when-queue-empty when there is no group wait.
         self._flush_when_empty = settings.flush_when_queue_empty or settings.group_wait_ms <= 0
-        self._syncs_in_flight = 0  # commits submitted and not yet delivered
         self._prealloc = max(
             settings.alignment, settings.prealloc_size // settings.alignment * settings.alignment
         )
@@ -274,24 +270,10 @@ class JournalWriter:
         group = self._group
         entries_max = self.settings.buffered_entries_threshold
         if (
-            (self._flush_when_empty and not self._syncs_in_flight)
+            self._flush_when_empty
             or group.size >= self.settings.buffered_bytes_threshold
             or (entries_max > 0 and group.entries >= entries_max)
         ):
-            self._commit()
-
-    def _commit_held(self) -> None:
-        """With flush-when-empty, a group that arrived while an fsync ran was held: commit it now that
-        the disk is free, so it goes in one fsync instead of one per reactor tick."""
-        group = self._group
-        if (
-            self._flush_when_empty
-            and not self._syncs_in_flight
-            and (group.entries or group.tokens)
-            and self.failed is None
-            and self._stopped is None
-        ):
-            self._write_pending()
             self._commit()
 
     def _on_group_wait(self) -> None:
@@ -318,7 +300,6 @@ class JournalWriter:
             return
         roll = self._position >= self.settings.max_size
         self._sync.submit(self._request(close=roll))
-        self._syncs_in_flight += 1
         if roll:
             self._open(self.journal_id + 1)
 
@@ -379,7 +360,6 @@ class JournalWriter:
     # --- sync thread results (reactor thread) ---------------------------------------------------
 
     def _delivered(self, batch: SyncBatch) -> None:
-        self._syncs_in_flight -= batch.requests
         if batch.error is not None:
             self._fail(batch.error)
         else:
@@ -387,7 +367,6 @@ class JournalWriter:
             self._metrics.observe_fsync(batch.latency_ms, batch.entries)
             if batch.tokens:
                 self._on_durable(batch.tokens)
-            self._commit_held()
         if self._stopped is not None and batch.mark == self._stop_mark and not self._stopped.called:
             self._stopped.callback(None)
 
