@@ -3,10 +3,11 @@
 Starts 3 `bkctl bookie start` processes (the sandbox's `--processes` layout and the bookie's default
 configuration, SQLite metadata, journals and ledgers in a temporary directory on the local disk, fsync
 on), then runs `bkctl bench write -E 3 -Qw 2 -Qa 2 --entry-size S --outstanding D -o json` in its own
-process, ROUNDS times per depth, interleaved. For each run: adds/s, p50/p99, and CPU microseconds per
-acknowledged add of the client process and of the three bookies together (from /proc). Prints one JSON
-line per run, then a markdown table of medians. With --single, `benchmarks/bookie_add.py` runs after
-it in the same session for the single-bookie figures of the same sizes and depths.
+process, ROUNDS times per depth, interleaved, each once the bookies are idle again (the checkpoint
+of the previous run done). For each run: adds/s, p50/p99, and CPU microseconds per acknowledged add of
+the client process and of the three bookies together (from /proc). Prints one JSON line per run, then
+a markdown table of medians. With --single, `benchmarks/bookie_add.py` runs after it in the same
+session for the single-bookie figures of the same sizes and depths.
 
     python benchmarks/cluster_write.py                       # 512 and 64 in flight, 3 rounds, 10 s
     python benchmarks/cluster_write.py --depths 512 --rounds 1 --seconds 5
@@ -21,6 +22,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,19 @@ def cpu_s(pid: int) -> float:
     """User + system CPU seconds of a live process."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / TICKS_PER_S
+
+
+def settle(bookie_pids: list[int], limit_s: float = 30.0) -> None:
+    """Wait (bounded) until the bookies are idle: a checkpoint left by the previous run (hundreds of MB
+    of entry logs to write and fsync) would otherwise be measured as part of the next run."""
+    deadline = time.monotonic() + limit_s
+    used = sum(cpu_s(pid) for pid in bookie_pids)
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        now = sum(cpu_s(pid) for pid in bookie_pids)
+        if now - used < 0.05:
+            return
+        used = now
 
 
 def bench_write(uri: str, depth: int, size: int, seconds: float, bookie_pids: list[int]) -> dict[str, Any]:
@@ -108,6 +123,7 @@ def main() -> None:
             pids = [child.proc.pid for child in children]
             for _ in range(args.rounds):
                 for depth in depths:
+                    settle(pids)
                     run = bench_write(uri, depth, args.size, args.seconds, pids)
                     print(json.dumps(run), flush=True)
                     runs.append(run)
