@@ -75,11 +75,17 @@ class IndexStore:
             return None
         fd = os.open(path, os.O_RDONLY | _CLOEXEC)
         try:
+            size = os.fstat(fd).st_size
+            if size == 0:
+                # Created by a checkpoint that died before writing the header: nothing of the ledger was
+                # made durable here; its key record is still in the journal, and replay rebuilds it.
+                log.info("%s is empty (a checkpoint stopped before its header): ledger not loaded", path)
+                return None
             try:
                 header = ixf.decode_header(os.pread(fd, ixf.HEADER_SIZE, 0))
             except ProtocolError as exc:
                 raise CorruptDataError(f"{path} offset 0: corrupt index header: {exc}") from None
-            return LoadedIndex(path, header, _last_entry_id(fd, os.fstat(fd).st_size))
+            return LoadedIndex(path, header, _last_entry_id(fd, size))
         finally:
             os.close(fd)
 

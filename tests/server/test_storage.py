@@ -234,3 +234,26 @@ async def test_several_ledger_and_index_dirs(tmp_path: Path) -> None:
     again.start()
     assert all(again.read(lid, 4) == (RC.EOK, packaged(lid, 4)) for lid in range(4))
     await again.stop()
+
+
+@twisted_test
+async def test_empty_index_file_left_by_a_killed_checkpoint_is_rebuilt_quietly(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    durable = Durable()
+    storage = started(tmp_path, durable)
+    await add_all(storage, durable, 5, 10)
+    abandon(storage)
+    # kill -9 between a checkpoint creating the index file and writing its header
+    path = ledger_index_path(5, tmp_path / "ledgers")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"")
+    with caplog.at_level(logging.INFO, logger="bkctl.bookie"):
+        restarted = started(tmp_path, Durable())
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert "is empty" in caplog.text
+    for entry_id in range(10):
+        assert restarted.read(5, entry_id) == (RC.EOK, packaged(5, entry_id))
+    await restarted.checkpoint()
+    assert open_index(path).header.master_key == KEY
+    await restarted.stop()
