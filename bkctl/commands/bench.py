@@ -12,6 +12,7 @@ import sys
 import time
 from array import array
 from collections import deque
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -139,6 +140,10 @@ def bench_write(
 
 
 class _WriteLoad:
+    """`outstanding` ops kept in flight until `stop_at`; subclasses say how an op starts (`_issuers`)."""
+
+    unit = "adds"
+
     def __init__(
         self, handles: list[LedgerHandle], data: bytes, outstanding: int, recorder: Recorder
     ) -> None:
@@ -151,16 +156,19 @@ class _WriteLoad:
     async def run(self, duration: float) -> None:
         from twisted.internet.defer import Deferred
 
-        clock = self.recorder.clock
-        self.stop_at = clock() + duration
+        self.stop_at = self.recorder.clock() + duration
         self.finished = Deferred()
-        streams = [_AddStream(self, lh) for lh in self.handles]
-        with _Progress(self.handles[0].client.reactor, self.recorder, duration, "adds"):
-            for i in range(self.outstanding):
-                streams[i % len(streams)].issue()
+        with _Progress(self.handles[0].client.reactor, self.recorder, duration, self.unit):
+            for issue in self._issuers():
+                issue()
             await self.finished
         if self.failure is not None:
             raise self.failure
+
+    def _issuers(self) -> list[Callable[[], None]]:
+        """One function per op to keep in flight, each starting the first op of its slot."""
+        streams = [_AddStream(self, lh) for lh in self.handles]
+        return [streams[i % len(streams)].issue for i in range(self.outstanding)]
 
     def _done(self, started: float, error: BaseException | None) -> bool:
         """Count one finished op; whether to issue another."""
@@ -249,21 +257,14 @@ async def _ledger_to_read(
 
 
 class _ReadLoad(_WriteLoad):
+    unit = "reads"
+
     def __init__(self, lh: LedgerHandle, outstanding: int, recorder: Recorder) -> None:
         super().__init__([lh], b"", outstanding, recorder)
         self.next_entry = 0
 
-    async def run(self, duration: float) -> None:
-        from twisted.internet.defer import Deferred
-
-        self.stop_at = self.recorder.clock() + duration
-        self.finished = Deferred()
-        with _Progress(self.handles[0].client.reactor, self.recorder, duration, "reads"):
-            for _ in range(self.outstanding):
-                self._issue()
-            await self.finished
-        if self.failure is not None:
-            raise self.failure
+    def _issuers(self) -> list[Callable[[], None]]:
+        return [self._issue] * self.outstanding
 
     def _issue(self) -> None:
         lh = self.handles[0]

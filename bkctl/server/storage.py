@@ -175,7 +175,6 @@ class Storage:
             JournalWriter(config.journal_settings(i), reactor, on_durable, self.metrics, self._journal_failed)
             for i in range(len(config.journal_dirs))
         ]
-        self._journal = self._journals[0]  # journal 0: what info() reports (and the only one, usually)
         self._ledgers: dict[int, LedgerInfo] = {}
         self._active = WriteCache()
         self._flushing: WriteCache | None = None
@@ -355,7 +354,7 @@ class Storage:
         self._active.put(ledger_id, entry_id, entry)
         if entry_id > info.last_entry_id:
             info.last_entry_id = entry_id
-        self._journals[ledger_id % len(self._journals)].append(entry, token)
+        self._journal_of(ledger_id).append(entry, token)
         metrics = self.metrics
         metrics.adds += 1
         metrics.bytes_written += size
@@ -641,11 +640,12 @@ class Storage:
         return result
 
     def info(self) -> dict[str, object]:
+        first = self._journals[0]  # the single-journal fields describe journal 0 (usually the only one)
         return {
             "ledgers": len(self._ledgers),
-            "journal_file": str(self._journal.path) if self._journal.journal_id >= 0 else None,
-            "journal_position": self._journal.mark[1],
-            "journal_durable_mark": list(self._journal.durable_mark),
+            "journal_file": str(first.path) if first.journal_id >= 0 else None,
+            "journal_position": first.mark[1],
+            "journal_durable_mark": list(first.durable_mark),
             "last_mark": list(self.last_mark_written),
             "journal_files": [str(j.path) if j.journal_id >= 0 else None for j in self._journals],
             "last_marks": [list(mark) for mark in self.last_marks_written],

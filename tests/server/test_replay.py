@@ -43,7 +43,7 @@ async def _journal_with_entries(tmp_path: Path, count: int) -> Path:
         assert storage.add(1, entry_id, KEY, packaged(1, entry_id, bytes(100)), False, entry_id) == RC.EOK
     await wait_until(lambda: count - 1 in durable.tokens)
     abandon(storage)
-    return storage._journal.path
+    return storage._journals[0].path
 
 
 def _record_offsets(path: Path) -> list[int]:

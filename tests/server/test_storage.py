@@ -172,9 +172,9 @@ async def test_checkpoint_writes_last_mark_and_removes_old_journals(tmp_path: Pa
     journals = sorted((tmp_path / "journal" / "current").glob("*.txn"))
     assert len(journals) > 3
     await storage.checkpoint()
-    assert storage.last_mark_written == storage._journal.mark
+    assert storage.last_mark_written == storage._journals[0].mark
     left = sorted((tmp_path / "journal" / "current").glob("*.txn"))
-    assert len(left) == 2 and left[-1] == storage._journal.path
+    assert len(left) == 2 and left[-1] == storage._journals[0].path
     await storage.stop()
     again = started(tmp_path)
     assert again.read(1, -1) == (RC.EOK, packaged(1, 59))
