@@ -21,6 +21,7 @@ RANKS = {
     "protocol": 1,
     "metadata": 2,
     "files": 2,
+    "netio": 2,
     "server": 3,
     "client": 3,
     "recovery": 4,
@@ -39,7 +40,7 @@ CONFINED = {
     "rich": {"commands", "cli"},
     "click": {"commands", "cli"},
     "kazoo": {"metadata"},
-    "twisted": {"server", "client", "recovery", "commands", "metadata"},
+    "twisted": {"server", "client", "recovery", "commands", "metadata", "netio"},
 }
 # Pure layers: nothing but the standard library, crc32c and lower bkctl layers.
 PURE_PARTS = {"protocol", "errors", "limits", "model"}

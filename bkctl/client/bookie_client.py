@@ -33,6 +33,7 @@ from twisted.python.failure import Failure
 from bkctl import limits
 from bkctl.errors import ProtocolError, TimeoutError_, UnavailableError
 from bkctl.model import BookieId
+from bkctl.netio import write_now
 from bkctl.protocol import wire
 
 log = logging.getLogger(__name__)
@@ -231,7 +232,7 @@ class BookieClient:
         self._flush_call = None
         if self._connection is not None and self._out:
             out, self._out = self._out, []
-            self._connection.socket.writeSequence(out)
+            write_now(self._connection.socket, out)
 
     # --- replies --------------------------------------------------------------------------------
 

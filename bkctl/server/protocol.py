@@ -26,6 +26,7 @@ from zope.interface import implementer
 
 from bkctl import limits
 from bkctl.errors import ProtocolError
+from bkctl.netio import write_now
 from bkctl.protocol import wire
 
 log = logging.getLogger("bkctl.bookie")
@@ -179,7 +180,7 @@ class BookieProtocol(protocol.Protocol):
             problem = str(exc)
         if self._out:
             out, self._out = self._out, []
-            self._transport.writeSequence(out)
+            write_now(self._transport, out)
         if problem is not None:
             self._reject(problem)
         elif self.pending >= self._pending_max:
@@ -325,7 +326,7 @@ class BookieProtocol(protocol.Protocol):
         self.pending -= len(replies)
         if not self.connected:
             return
-        self._transport.writeSequence(replies)
+        write_now(self._transport, replies)
         if self._reading_paused:
             self._update_reading()
 
