@@ -156,17 +156,16 @@ class EntryLogWriter:
             self.position += part
             copied += part
 
-    def write_records(self, ledger_id: int, records: list[bytes]) -> int:
-        """Write one ledger's entry log records (`records`' parts back to back) at `position` with
-        `pwritev`; returns that offset.
+    def write_records(self, ledger_id: int, records: memoryview) -> int:
+        """Write one ledger's whole entry log records at `position` with one pwrite; returns that offset.
 
-        Pending buffered bytes go first. The caller made sure they fit (`room`). The writes run
-        without the GIL, so the reactor thread keeps serving while the checkpoint writes megabytes.
+        Pending buffered bytes go first. The caller made sure they fit (`room`). The big write runs
+        without the GIL, so the reactor thread keeps serving while the checkpoint copies megabytes.
         """
         self._write_buffer()
         position = self.position
-        write_all(self._fd, records, position)
-        size = sum(map(len, records))
+        write_all(self._fd, [records], position)
+        size = len(records)
         self.position = self._buffer_offset = position + size
         self._sizes[ledger_id] = self._sizes.get(ledger_id, 0) + size
         return position

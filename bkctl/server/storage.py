@@ -665,22 +665,24 @@ def _write_ledger(writer: EntryLogWriter, ledger_id: int, ledger: LedgerBuffer) 
     total = len(offsets)
     parts = []
     done = 0
-    while done < total:
-        begin = offsets[done] - SIZE_PREFIX
-        room = writer.log_size_limit - writer.position
-        stop = total
-        if ledger.record_end(total - 1) - begin > room:
-            # Records [done, stop) end where record `stop` starts: at or before begin + room.
-            stop = bisect.bisect_right(offsets, begin + room + SIZE_PREFIX, done) - 1
-            if stop <= done:
-                if not writer.fresh:
-                    writer.rotate()
-                    continue
-                stop = done + 1  # a fresh log takes one record, however big
-        position = writer.write_records(ledger_id, ledger.records(done, stop))
-        # location = log id << 32 | offset in the log; the record at `begin` is at `position`.
-        parts.append(shifted_slots(offsets, done, stop, (writer.log_id << 32) + position - begin))
-        done = stop
+    with memoryview(ledger.records) as records:
+        while done < total:
+            begin = offsets[done] - SIZE_PREFIX
+            room = writer.log_size_limit - writer.position
+            stop = total
+            if ledger.record_end(total - 1) - begin > room:
+                # Records [done, stop) end where record `stop` starts: at or before begin + room.
+                stop = bisect.bisect_right(offsets, begin + room + SIZE_PREFIX, done) - 1
+                if stop <= done:
+                    if not writer.fresh:
+                        writer.rotate()
+                        continue
+                    stop = done + 1  # a fresh log takes one record, however big
+            end = ledger.record_end(stop - 1)
+            position = writer.write_records(ledger_id, records[begin:end])
+            # location = log id << 32 | offset in the log; the record at `begin` is at `position`.
+            parts.append(shifted_slots(offsets, done, stop, (writer.log_id << 32) + position - begin))
+            done = stop
     return b"".join(parts)
 
 

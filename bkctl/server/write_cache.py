@@ -1,17 +1,12 @@
 """The in-memory write cache: entries accepted since the last checkpoint swap, readable at once.
 
-Each ledger's entries are kept as they arrived, not copied: a list of entry-log records as parts
-(4-byte size, stored entry, 4-byte size, ...), the entry being the very bytes object the request
-carried, with an array of where each record's entry starts in those records laid end to end. A
-checkpoint writes a ledger with `pwritev` straight from the parts (the kernel does the one copy) and
-computes its index slots for whole pages at once (`shifted_slots`), with no Python work per entry.
-Copying each entry into one growing buffer, as this cache did first, cost a memcpy and a fresh page
-fault per 4 KiB on the reactor thread: at 1 KiB entries about 15% of a busy bookie's reactor time.
-
-A ledger whose entry ids keep arriving as first, first+1, ... ("dense", the usual case, striped
-ensembles aside) needs no map at all: entry id - first id is the record's number. Any other order
-(gaps, a rewrite of an entry) switches that ledger to an id -> record number dict, newest wins; a
-replaced record stays in the parts and is written out unreferenced, as entry logs hold garbage anyway.
+Each ledger's entries sit in one append buffer already in entry-log format (4-byte size + stored
+entry per record) with an array of the records' offsets, so a checkpoint writes a ledger with one
+`pwrite` and computes its index slots for whole pages at once (`shifted_slots`), with no Python work
+per entry. A ledger whose entry ids keep arriving as first, first+1, ... ("dense", the usual case,
+striped ensembles aside) needs no map at all: entry id - first id is the record's number. Any other
+order (gaps, a rewrite of an entry) switches that ledger to an id -> record number dict, newest wins;
+a replaced record stays in the buffer and is written out unreferenced, as entry logs hold garbage anyway.
 """
 
 from __future__ import annotations
@@ -30,24 +25,27 @@ SIZE_PREFIX: Final = _SIZE.size
 class LedgerBuffer:
     """One ledger's records in arrival order; mutated on the reactor thread only, until swapped out."""
 
-    __slots__ = ("first_id", "offsets", "parts", "size", "where")
+    __slots__ = ("first_id", "offsets", "records", "where")
 
     def __init__(self, first_id: int) -> None:
-        self.parts: list[bytes] = []  # record n = parts[2n] (its size) + parts[2n + 1] (the entry)
-        self.offsets = array("q")  # record n's entry starts offsets[n] bytes into the records
-        self.size = 0  # bytes of all records
+        self.records = bytearray()
+        self.offsets = array("q")  # record n's entry starts at records[offsets[n]] (past its size)
         self.first_id = first_id
         self.where: dict[int, int] | None = None  # entry id -> record number once not dense
 
     def put(self, entry_id: int, data: bytes) -> None:
-        number = len(self.offsets)
-        _append(self, data)
+        records = self.records
+        records += _SIZE.pack(len(data))
+        start = len(records)
+        records += data
         where = self.where
         if where is None:
-            if entry_id == self.first_id + number:
+            if entry_id == self.first_id + len(self.offsets):
+                self.offsets.append(start)
                 return
-            where = self.where = {self.first_id + n: n for n in range(number)}
-        where[entry_id] = number
+            where = self.where = {self.first_id + n: n for n in range(len(self.offsets))}
+        where[entry_id] = len(self.offsets)
+        self.offsets.append(start)
 
     def record_number(self, entry_id: int) -> int:
         """The newest record of `entry_id`, or -1."""
@@ -58,7 +56,11 @@ class LedgerBuffer:
 
     def get(self, entry_id: int) -> bytes | None:
         number = self.record_number(entry_id)
-        return None if number < 0 else self.parts[2 * number + 1]
+        if number < 0:
+            return None
+        start = self.offsets[number]
+        size = _SIZE.unpack_from(self.records, start - SIZE_PREFIX)[0]
+        return bytes(self.records[start : start + size])
 
     @property
     def dense(self) -> bool:
@@ -72,21 +74,10 @@ class LedgerBuffer:
         return iter(self.where.items())
 
     def record_end(self, number: int) -> int:
-        """Where record `number` ends in the records (the next one's size prefix starts there)."""
-        return self.offsets[number] + len(self.parts[2 * number + 1])
-
-    def records(self, start: int, stop: int) -> list[bytes]:
-        """The parts of records [start, stop): written back to back, they are entry log records."""
-        return self.parts[2 * start : 2 * stop]
-
-
-def _append(ledger: LedgerBuffer, data: bytes) -> None:
-    if type(data) is not bytes:  # a view of a buffer that will be reused: keep a copy
-        data = bytes(data)
-    size = len(data)
-    ledger.parts += (_SIZE.pack(size), data)
-    ledger.offsets.append(ledger.size + SIZE_PREFIX)
-    ledger.size += SIZE_PREFIX + size
+        """Where record `number` ends in `records` (the next one's size prefix starts there)."""
+        if number + 1 < len(self.offsets):
+            return self.offsets[number + 1] - SIZE_PREFIX
+        return len(self.records)
 
 
 class WriteCache:
@@ -102,9 +93,15 @@ class WriteCache:
         ledger = self.ledgers.get(ledger_id)
         if ledger is None:
             ledger = self.ledgers[ledger_id] = LedgerBuffer(entry_id)
-        self.size_bytes += SIZE_PREFIX + len(data)
-        if ledger.where is None and entry_id == ledger.first_id + len(ledger.offsets):
-            _append(ledger, data)  # the hot path (one call per add): dense, no map to keep
+        size = len(data)
+        self.size_bytes += SIZE_PREFIX + size
+        offsets = ledger.offsets
+        if ledger.where is None and entry_id == ledger.first_id + len(offsets):
+            # The hot path (one call per add), LedgerBuffer.put inlined.
+            records = ledger.records
+            records += _SIZE.pack(size)
+            offsets.append(len(records))
+            records += data
         else:
             ledger.put(entry_id, data)
 
