@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from bkctl.commands.options import open_layout
+from bkctl.commands.output import OutputClosed
 from bkctl.errors import BkctlError
 
 if TYPE_CHECKING:
@@ -45,8 +46,8 @@ def react(work: Callable[[Any], Awaitable[T]]) -> T:
     ok, value = outcome[0]
     if ok:
         return value  # type: ignore[no-any-return]
-    if isinstance(value, BkctlError | KeyboardInterrupt):
-        raise value
+    if isinstance(value, BkctlError | KeyboardInterrupt | OutputClosed | BrokenPipeError):
+        raise value  # a closed stdout (`| head`) ends the command quietly in cli.main
     raise BkctlError(f"{type(value).__name__}: {value}") from value
 
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import signal
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -211,3 +214,24 @@ def test_simpletest_and_bookie_sanity(cluster: Cluster) -> None:
     assert all(r["ok"] and r["entries"] == 10 for r in rows)
     code, out, err = cluster.run("bookie", "sanity", "--bookie", "127.0.0.1:1", "-t", "0.5", "-o", "json")
     assert code == 6 and json.loads(out)[0]["ok"] is False
+
+
+def test_read_into_a_closed_pipe_stops_quietly(cluster: Cluster) -> None:
+    # `bkctl ledger read ... | head -1` in a script: the reader goes away, bkctl stops with success and
+    # says nothing (it printed "bkctl: error: OutputClosed:" once, from inside the reactor).
+    written = cluster.json("ledger", "write", "--entries", "2000", "--size", "1024")
+    assert isinstance(written, dict)
+    reader, writer = socket.socketpair()
+    reader.close()  # stdout is a socket whose reader is gone: every write is a broken pipe
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "bkctl", "ledger", "read", str(written["ledger_id"]), "-o", "json"],
+            env={**os.environ, "BKCTL_METADATA": cluster.uri},
+            stdout=writer,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        writer.close()
+    assert (done.returncode, done.stderr) == (0, "")
