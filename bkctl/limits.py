@@ -6,10 +6,13 @@ never make bkctl allocate gigabytes or loop forever.
 
 from __future__ import annotations
 
+import os
 from typing import Final
 
 # Wire protocol: BookKeeper's nettyMaxFrameSizeBytes default.
 FRAME_SIZE_MAX: Final = 5 * 1024 * 1024
+# Buffers per pwritev/sendmsg call (the kernel's IOV_MAX; 1024 on Linux).
+IOV_MAX: Final = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 # An entry must fit in a frame together with the add request header and master key.
 ENTRY_SIZE_MAX: Final = FRAME_SIZE_MAX - 1024
 MASTER_KEY_SIZE: Final = 20

@@ -15,17 +15,16 @@ pending or the transport is not a plain connected TCP socket.
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any
 
-# The kernel's iovec limit per sendmsg (IOV_MAX on Linux); a longer batch is queued as it was before.
-_IOV_MAX: Final = 1024
+from bkctl.limits import IOV_MAX
 
 
 def write_now(transport: Any, chunks: list[bytes]) -> None:
     """Send `chunks` in order: what the socket takes now goes now, the rest through the transport."""
     if not chunks:
         return
-    if not _idle(transport) or len(chunks) > _IOV_MAX:
+    if not _idle(transport) or len(chunks) > IOV_MAX:  # a longer batch is queued, as before
         transport.writeSequence(chunks)
         return
     try:

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 from twisted.internet.testing import StringTransport
 
+from bkctl.limits import IOV_MAX
 from bkctl.netio import write_now
 
 
@@ -84,7 +85,7 @@ def test_a_closed_peer_leaves_the_error_to_the_transport(pair: tuple[socket.sock
 
 def test_long_batches_and_other_transports_are_queued(pair: tuple[socket.socket, socket.socket]) -> None:
     transport = _Transport(pair[0])
-    chunks = [b"x"] * 1025
+    chunks = [b"x"] * (IOV_MAX + 1)
     write_now(transport, chunks)
     assert transport.queued == chunks
     string = StringTransport()

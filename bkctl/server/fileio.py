@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
-IOV_MAX: Final = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
+from bkctl.limits import IOV_MAX
+
 CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 PAGE_SIZE: Final = mmap.PAGESIZE
 _FADVISE: Final = getattr(os, "posix_fadvise", None)
