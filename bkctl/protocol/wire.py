@@ -271,6 +271,16 @@ def frame(payload: bytes) -> bytes:
     return frame_prefix(len(payload)) + payload
 
 
+def bad_frame_length(size: int, frame_size_max: int) -> str:
+    """Why a length prefix outside HEADER_SIZE..frame_size_max is refused. After a bad length the
+    stream cannot be resynchronised: the reader closes it."""
+    if size < 0:
+        return f"negative frame length {size}"
+    if size < HEADER_SIZE:
+        return f"frame length {size} is too small for a {HEADER_SIZE}-byte header"
+    return f"frame length {size} exceeds the {frame_size_max}-byte limit"
+
+
 class FrameDecoder:
     """Split a byte stream into frame payloads (length prefix removed).
 
@@ -314,7 +324,7 @@ class FrameDecoder:
             while end - position >= LENGTH_PREFIX_SIZE:
                 (size,) = _LENGTH.unpack_from(view, position)
                 if not HEADER_SIZE <= size <= self._frame_size_max:
-                    self._error = ProtocolError(self._bad_length(size))
+                    self._error = ProtocolError(bad_frame_length(size, self._frame_size_max))
                     if not found:
                         raise self._error
                     break  # hand out the good frames before it; the next call raises
@@ -327,13 +337,6 @@ class FrameDecoder:
             # Deleting from the front of a bytearray only moves its start pointer: no copy of the rest.
             del buffer[:position]
         return found
-
-    def _bad_length(self, size: int) -> str:
-        if size < 0:
-            return f"negative frame length {size}"
-        if size < HEADER_SIZE:
-            return f"frame length {size} is too small for a {HEADER_SIZE}-byte header"
-        return f"frame length {size} exceeds the {self._frame_size_max}-byte limit"
 
 
 # --- requests -----------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ def _libc_fallocate() -> Any:
 _FALLOCATE: Final = _libc_fallocate()
 
 
-def write_all(fd: int, buffers: Sequence[bytes | memoryview], offset: int) -> None:
+def write_all(fd: int, buffers: Sequence[bytes | bytearray | memoryview], offset: int) -> None:
     """pwritev `buffers` at `offset`, IOV_MAX at a time, finishing any short write."""
     for first in range(0, len(buffers), IOV_MAX):
         chunk = buffers[first : first + IOV_MAX]

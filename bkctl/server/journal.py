@@ -192,7 +192,7 @@ class JournalWriter:
         self._position = 0  # where the next appended record goes
         self._written = 0  # how far the file has been written
         self._allocated = 0
-        self._iov: list[bytes] = []
+        self._iov: list[bytes | bytearray] = []
         self._group = _Group()
         self._tick: Any = None
         self._timer: Any = None
@@ -234,7 +234,7 @@ class JournalWriter:
 
     # --- hot path -------------------------------------------------------------------------------
 
-    def append(self, body: bytes, token: object | None) -> None:
+    def append(self, body: bytes | bytearray, token: object | None) -> None:
         """Queue one record; `token` (if any) goes to on_durable once the record is durable.
 
         The caller (Storage) appends nothing once `stop` was called.
@@ -249,7 +249,8 @@ class JournalWriter:
         if token is not None:
             group.tokens.append(token)
         self._metrics.journal_queue_depth += 1
-        self._schedule()
+        if self._tick is None or self._timer is None:  # both are set for most records: no call then
+            self._schedule()
 
     def append_token(self, token: object) -> None:
         """Deliver `token` after the next fsync (everything journaled before it is then durable)."""

@@ -1,10 +1,12 @@
 """The bookie's v2 wire protocol on Twisted: a thin adapter from bkctl.protocol.wire to Storage.
 
-Hot path (see docs/bookie.md, "Running a bookie"): `dataReceived` decodes every complete frame of the
-chunk; an add goes to `Storage.add` with a token `(protocol, framed EOK reply)`, no Deferred. When the
-journal's fsync covers a batch, `deliver_durable` (Storage's `on_durable`) groups the batch's replies
-by connection and makes ONE `writeSequence` per connection. Replies that need no fsync (reads, errors)
-are collected during one `dataReceived` and written once at its end.
+Hot path (see docs/bookie.md, "Running a bookie"): `dataReceived` frames the stream itself and reads a
+version 2 add's length, header, master key and ids with one unpack; the entry is sliced once from the
+receive buffer and goes to `Storage.add` with a token `(protocol, framed EOK reply)`, no Deferred and
+no other call per add. Every other request is decoded by bkctl.protocol.wire. When the journal's fsync
+covers a batch, `deliver_durable` (Storage's `on_durable`) groups the batch's replies by connection
+and sends them with ONE write per connection. Replies that need no fsync (reads, errors) are collected
+during one `dataReceived` and written once at its end.
 
 Bounds: a frame larger than `frame_size_max` (or a malformed length) closes the connection, since the
 stream cannot be resynchronised; a well-framed but malformed request gets EBADREQ. A connection with
@@ -36,11 +38,16 @@ _EBADREQ: Final = int(wire.ReturnCode.EBADREQ)
 _EUA: Final = int(wire.ReturnCode.EUA)
 _ADD_RESPONSE_PREFIX: Final = wire.frame_prefix(wire.RESPONSE_FIXED_SIZE)
 
-# The add fast path (most frames a bookie sees): one unpack of header, master key and the entry's ids,
-# the layout wire.decode_request reads for a version 2 ADD_ENTRY (tests/server_net checks they agree).
-_ADD_FIXED: Final = struct.Struct(f">I{limits.MASTER_KEY_SIZE}sqq")
-_ADD_ENTRY_OFFSET: Final = wire.HEADER_SIZE + limits.MASTER_KEY_SIZE
+# The add fast path (most frames a bookie sees): one unpack of the length prefix, header, master key and
+# the entry's ids, the layout wire.decode_request reads for a version 2 ADD_ENTRY (tests/server_net
+# checks they agree). The entry starts after the master key.
+_FRAMED_ADD: Final = struct.Struct(f">iI{limits.MASTER_KEY_SIZE}sqq")
+_ADD_SIZE_MIN: Final = _FRAMED_ADD.size - wire.LENGTH_PREFIX_SIZE  # up to the entry's ids
+_ADD_ENTRY_OFFSET: Final = wire.LENGTH_PREFIX_SIZE + wire.HEADER_SIZE + limits.MASTER_KEY_SIZE
 _ADD_V2_HEADER_HIGH: Final = wire.pack_header(wire.PROTOCOL_VERSION, wire.OpCode.ADD_ENTRY, 0) >> 16
+_RECOVERY_ADD: Final = int(wire.FLAG_RECOVERY_ADD)
+_LENGTH: Final = struct.Struct(">i")
+_FRAME_SIZE_MIN: Final = wire.HEADER_SIZE
 # A framed add reply in one pack: length prefix, header, rc, ledger id, entry id.
 _FRAMED_ADD_RESPONSE: Final = struct.Struct(">iIiqq")
 _ADD_V2_RESPONSE_HEADER: Final = wire.pack_header(wire.PROTOCOL_VERSION, wire.OpCode.ADD_ENTRY, 0)
@@ -50,7 +57,13 @@ class StorageApi(Protocol):
     """What the protocol needs of bkctl.server.storage.Storage (a Protocol, so tests can use a fake)."""
 
     def add(
-        self, ledger_id: int, entry_id: int, master_key: bytes, entry: bytes, recovery: bool, token: object
+        self,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        entry: bytes | bytearray,
+        recovery: bool,
+        token: object,
     ) -> int: ...
 
     def fence(self, ledger_id: int, master_key: bytes, token: object) -> int: ...
@@ -108,7 +121,9 @@ class BookieProtocol(protocol.Protocol):
     def __init__(self, factory: BookieFactory) -> None:
         self.factory = factory
         self.storage = factory.storage
-        self._decoder = wire.FrameDecoder(factory.frame_size_max)
+        self._buffer = bytearray()  # received bytes not yet part of a handled frame
+        self._frame_size_max = factory.frame_size_max
+        self._broken = False  # a bad frame length was seen: nothing after it is read
         self._pending_max = factory.pending_adds_max
         self._resume_at = factory.pending_adds_max // 2
         self.pending = 0  # adds and fences waiting for the journal's fsync
@@ -166,32 +181,71 @@ class BookieProtocol(protocol.Protocol):
     # --- requests -------------------------------------------------------------------------------
 
     def dataReceived(self, data: bytes) -> None:
-        decoder = self._decoder
+        if self._broken:
+            return
         problem = None
         try:
-            decoder.feed(data)
-            while True:
-                frames = decoder.frames()
-                if not frames:
-                    break
-                for payload in frames:
-                    self._handle(payload)
+            problem = self._frames(data)
         except ProtocolError as exc:
             problem = str(exc)
         if self._out:
             out, self._out = self._out, []
             write_now(self._transport, out)
         if problem is not None:
+            self._broken = True
             self._reject(problem)
         elif self.pending >= self._pending_max:
             self._update_reading()
 
+    def _frames(self, data: bytes) -> str | None:
+        """Handle every complete frame buffered; a bad length ends the stream (its reason is returned)."""
+        buffer = self._buffer
+        buffer += data
+        end = len(buffer)
+        position = 0
+        unpack_add = _FRAMED_ADD.unpack_from
+        head_size = _FRAMED_ADD.size
+        frame_size_max = self._frame_size_max
+        add = self.storage.add
+        pack = _FRAMED_ADD_RESPONSE.pack
+        reply_size = wire.RESPONSE_FIXED_SIZE
+        problem = None
+        try:
+            while end - position >= wire.LENGTH_PREFIX_SIZE:
+                if end - position >= head_size:
+                    size, header, master_key, ledger_id, entry_id = unpack_add(buffer, position)
+                else:  # too short for an add: only the length matters
+                    (size,) = _LENGTH.unpack_from(buffer, position)
+                    header = 0
+                if not _FRAME_SIZE_MIN <= size <= frame_size_max:
+                    problem = wire.bad_frame_length(size, frame_size_max)
+                    break
+                start = position
+                position += wire.LENGTH_PREFIX_SIZE + size
+                if position > end:
+                    position = start
+                    break
+                if header >> 16 == _ADD_V2_HEADER_HIGH and size >= _ADD_SIZE_MIN:
+                    # What _handle would do for this frame, inline: the bookie's hottest loop. The entry is
+                    # a bytearray, one copy out of the buffer (storage copies it into its cache).
+                    entry = buffer[start + _ADD_ENTRY_OFFSET : position]
+                    recovery = header & _RECOVERY_ADD != 0
+                    reply = pack(reply_size, _ADD_V2_RESPONSE_HEADER, _EOK, ledger_id, entry_id)
+                    rc = add(ledger_id, entry_id, master_key, entry, recovery, (self, reply))
+                    if rc == _EOK:
+                        self.pending += 1
+                    else:
+                        self._out.append(pack(reply_size, _ADD_V2_RESPONSE_HEADER, rc, ledger_id, entry_id))
+                else:
+                    self._handle(bytes(buffer[start + wire.LENGTH_PREFIX_SIZE : position]))
+        finally:
+            if position:
+                # Deleting from the front of a bytearray only moves its start pointer: no copy of the rest.
+                del buffer[:position]
+        return problem
+
     def _handle(self, payload: bytes) -> None:
-        if len(payload) >= _ADD_FIXED.size:
-            header, master_key, ledger_id, entry_id = _ADD_FIXED.unpack_from(payload)
-            if header >> 16 == _ADD_V2_HEADER_HIGH:
-                self._add_v2(header & 0xFFFF, master_key, ledger_id, entry_id, payload[_ADD_ENTRY_OFFSET:])
-                return
+        """Any request but a well-formed version 2 add (those are handled in `_frames`)."""
         try:
             request = wire.decode_request(payload)
         except ProtocolError as exc:
@@ -210,18 +264,6 @@ class BookieProtocol(protocol.Protocol):
         else:
             self.factory.metrics.bad_requests += 1
             self._out.append(framed(wire.encode_error_response(request, _EBADREQ)))
-
-    def _add_v2(self, flags: int, master_key: bytes, ledger_id: int, entry_id: int, entry: bytes) -> None:
-        """A version 2 add: what `_add` does, without building the request and reply tuples."""
-        recovery = bool(flags & wire.FLAG_RECOVERY_ADD)
-        pack = _FRAMED_ADD_RESPONSE.pack
-        size = wire.RESPONSE_FIXED_SIZE
-        reply = pack(size, _ADD_V2_RESPONSE_HEADER, _EOK, ledger_id, entry_id)
-        rc = self.storage.add(ledger_id, entry_id, master_key, entry, recovery, (self, reply))
-        if rc == _EOK:
-            self.pending += 1
-        else:
-            self._out.append(pack(size, _ADD_V2_RESPONSE_HEADER, rc, ledger_id, entry_id))
 
     def _add(self, request: wire.AddRequest) -> None:
         ledger_id, entry_id = request.ledger_id, request.entry_id

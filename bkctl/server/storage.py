@@ -43,7 +43,6 @@ log = logging.getLogger("bkctl.bookie")
 
 MiB: Final = 1024 * 1024
 _KEY: Final = struct.Struct(">qq")
-_SLOT: Final = struct.Struct(">q")
 _EOK: Final = int(ReturnCode.EOK)
 _EBADREQ: Final = int(ReturnCode.EBADREQ)
 _EUA: Final = int(ReturnCode.EUA)
@@ -53,6 +52,9 @@ _EIO: Final = int(ReturnCode.EIO)
 _ENOLEDGER: Final = int(ReturnCode.ENOLEDGER)
 _ENOENTRY: Final = int(ReturnCode.ENOENTRY)
 _LAST_ENTRY_ID: Final = -1
+_ENTRY_SIZE_MIN: Final = _KEY.size  # a stored entry starts with its ledger and entry ids
+_ENTRY_SIZE_MAX: Final = limits.ENTRY_SIZE_MAX
+_MASTER_KEY_SIZE_MAX: Final = limits.MASTER_KEY_SIZE_MAX
 # Replay indexes what it wrote once it holds this many entries' slots (checked after each run of records,
 # so it may pass it by one read chunk's worth), bounding the slot maps it keeps.
 REPLAY_SLOTS_MAX: Final = 1_000_000
@@ -189,6 +191,7 @@ class Storage:
         self._periodic: Any = None
         self._started = False
         self._stopping: Deferred[None] | None = None
+        self._adds_refused = self._manual_read_only  # any of the four states above: see _refusal
         self.last_marks_written: tuple[Mark, ...] = ((-1, 0),) * len(self._journals)
         self._replay_skipped = 0
         self._replay_runs = ReplayRuns(self._writer)
@@ -321,23 +324,29 @@ class Storage:
     # --- adds -----------------------------------------------------------------------------------
 
     def add(
-        self, ledger_id: int, entry_id: int, master_key: bytes, entry: bytes, recovery: bool, token: object
+        self,
+        ledger_id: int,
+        entry_id: int,
+        master_key: bytes,
+        entry: bytes | bytearray,
+        recovery: bool,
+        token: object,
     ) -> int:
         """Accept an entry (EOK; `token` goes to on_durable once it is durable) or refuse it now.
 
         Like Java, a bookie made read-only by the operator still takes recovery adds while its disks have
         room, so fencing recovery and re-replication can finish; a full disk refuses them too.
         """
-        if self._disk_full or self._stopping is not None or (self._manual_read_only and not recovery):
-            return self.metrics.error(_EREADONLY)
-        if self._journal_broken:
-            return self.metrics.error(_EIO)
+        if self._adds_refused:  # one test on the hot path for the four states that refuse adds
+            refusal = self._refusal(recovery)
+            if refusal != _EOK:
+                return self.metrics.error(refusal)
         size = len(entry)
         if (
-            size < 16
-            or size > limits.ENTRY_SIZE_MAX
+            size < _ENTRY_SIZE_MIN
+            or size > _ENTRY_SIZE_MAX
             or entry_id < 0
-            or len(master_key) > limits.MASTER_KEY_SIZE_MAX
+            or len(master_key) > _MASTER_KEY_SIZE_MAX
             or _KEY.unpack_from(entry) != (ledger_id, entry_id)
         ):
             return self.metrics.error(_EBADREQ)
@@ -357,13 +366,28 @@ class Storage:
         self._active.put(ledger_id, entry_id, entry)
         if entry_id > info.last_entry_id:
             info.last_entry_id = entry_id
-        self._journal_of(ledger_id).append(entry, token)
+        journals = self._journals  # _journal_of, inline
+        journals[ledger_id % len(journals)].append(entry, token)
         metrics = self.metrics
         metrics.adds += 1
         metrics.bytes_written += size
         if self._active.size_bytes >= self._checkpoint_at_bytes and self._running is None:
             self._reactor.callLater(0, self._checkpoint_logged)
         return _EOK
+
+    def _refusal(self, recovery: bool) -> int:
+        """EREADONLY, EIO, or EOK for an add while `_adds_refused` (see `add` for recovery adds)."""
+        if self._disk_full or self._stopping is not None or (self._manual_read_only and not recovery):
+            return _EREADONLY
+        if self._journal_broken:
+            return _EIO
+        return _EOK
+
+    def _refresh_refusal(self) -> None:
+        """Call after any of the states `_refusal` reads changes."""
+        self._adds_refused = (
+            self._manual_read_only or self._disk_full or self._journal_broken or self._stopping is not None
+        )
 
     def _new_ledger(self, ledger_id: int, master_key: bytes) -> LedgerInfo:
         """First sight of a ledger: its master key goes to the journal before any of its records."""
@@ -491,6 +515,7 @@ class Storage:
 
     def set_read_only(self, read_only: bool) -> None:
         self._manual_read_only = read_only
+        self._refresh_refusal()
         log.warning("bookie storage is now %s", "read-only" if read_only else "writable")
 
     @property
@@ -501,13 +526,16 @@ class Storage:
         usage = max(_disk_usage(d) for d in (*self._journal_currents, *self._ledger_currents))
         if not self._disk_full and usage > self.config.disk_usage_threshold:
             self._disk_full = True
+            self._refresh_refusal()
             log.error("disk usage %.1f%% is above the threshold: read-only", usage * 100)
         elif self._disk_full and usage < self.config.disk_usage_lwm_threshold:
             self._disk_full = False
+            self._refresh_refusal()
             log.warning("disk usage %.1f%% is below the low-water mark: writable again", usage * 100)
 
     def _journal_failed(self, exc: OSError) -> None:
         self._journal_broken = True
+        self._refresh_refusal()
 
     # --- checkpoint -----------------------------------------------------------------------------
 
@@ -587,9 +615,7 @@ class Storage:
             elif ledger.dense:
                 self._index.write_run(ledger_id, header, ledger.first_id, slots[ledger_id])
             else:
-                run = slots[ledger_id]
-                locations = {entry_id: _SLOT.unpack_from(run, n * 8)[0] for entry_id, n in ledger.numbered()}
-                self._index.write(ledger_id, header, locations)
+                self._index.write(ledger_id, header, ledger.locations(slots[ledger_id]))
 
     def _write_last_marks(self, marks: tuple[Mark, ...]) -> None:
         """Every journal's mark to every ledger dir (after the entry log and index are fsynced)."""
@@ -635,6 +661,7 @@ class Storage:
         drained.addCallback(lambda _: self.checkpoint())
         drained.addBoth(self._close_files)
         self._stopping = drained
+        self._refresh_refusal()
         return drained
 
     def _close_files(self, result: object) -> object:

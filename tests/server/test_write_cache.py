@@ -16,7 +16,7 @@ from twisted.internet import reactor
 from bkctl.files.index import index_entries, ledger_index_path, open_index
 from bkctl.protocol.wire import ReturnCode as RC
 from bkctl.server.storage import Storage
-from bkctl.server.write_cache import SIZE_PREFIX, LedgerBuffer, WriteCache, shifted_slots
+from bkctl.server.write_cache import SIZE_PREFIX, WriteCache, shifted_slots
 from tests.server.helpers import (
     KEY,
     WAIT_S,
@@ -53,9 +53,11 @@ def test_dense_ledger_is_arithmetic_then_sparse_on_gap_and_rewrite() -> None:
     ledger = cache.ledgers[1]
     assert ledger.dense and ledger.first_id == 5 and len(cache) == 5
     assert [cache.get(1, e) for e in (4, 5, 9, 10)] == [None, b"e5", b"e9", None]
-    cache.put(1, 12, b"e12")  # a gap, as striping gives
-    cache.put(1, 6, b"new6")  # a rewrite: the newest wins
-    assert not ledger.dense and len(cache) == 6
+    cache.put(1, 12, b"e12")  # a gap, as striping gives: ascending ids, searched by bisection
+    assert not ledger.dense and ledger.ids is not None and ledger.where is None
+    assert [cache.get(1, e) for e in (9, 10, 11, 12, 13)] == [b"e9", None, None, b"e12", None]
+    cache.put(1, 6, b"new6")  # a rewrite: the newest wins, in an id -> record map
+    assert ledger.ids is None and ledger.where is not None and len(cache) == 6
     assert [cache.get(1, e) for e in (5, 6, 11, 12)] == [b"e5", b"new6", None, b"e12"]
     assert cache.size_bytes == 5 * (SIZE_PREFIX + 2) + (SIZE_PREFIX + 3) + (
         SIZE_PREFIX + 4
@@ -66,15 +68,33 @@ def test_dense_ledger_is_arithmetic_then_sparse_on_gap_and_rewrite() -> None:
 
 
 def test_records_are_entry_log_records_at_their_offsets() -> None:
-    ledger = LedgerBuffer(0)
+    cache = WriteCache()
     for entry_id, data in enumerate([b"a" * 3, b"", b"b" * 70]):
-        ledger.put(entry_id, data)
+        cache.put(9, entry_id, data)
+    ledger = cache.ledgers[9]
     view = bytes(ledger.records)
     for n, data in enumerate([b"a" * 3, b"", b"b" * 70]):
         start = ledger.offsets[n]
         assert struct.unpack_from(">i", view, start - SIZE_PREFIX)[0] == len(data)
         assert view[start : start + len(data)] == data
         assert ledger.record_end(n) == start + len(data)
+
+
+@given(st.lists(st.integers(0, 60), max_size=80), st.integers(1, 4))
+def test_every_arrival_order_reads_back_and_locates_the_newest(entry_ids: list[int], stride: int) -> None:
+    # Striding ids (as an ensemble wider than its write quorum sends) then any order after them.
+    cache, model = WriteCache(), {}
+    for n, entry_id in enumerate([*range(0, 30, stride), *entry_ids]):
+        cache.put(2, entry_id, b"%d/%d" % (entry_id, n))
+        model[entry_id] = b"%d/%d" % (entry_id, n)
+    ledger = cache.ledgers[2]
+    assert all(cache.get(2, e) == model.get(e) for e in range(-1, 62))
+    assert len(cache) == len(model) and {e for e, _ in ledger.numbered()} == set(model)
+    slots = b"".join(struct.pack(">q", 1000 + n) for n in range(len(ledger.offsets)))
+    assert ledger.locations(slots) == {e: 1000 + n for e, n in ledger.numbered()}
+    for entry_id, location in ledger.locations(slots).items():
+        start = ledger.offsets[location - 1000]
+        assert bytes(ledger.records[start : start + len(model[entry_id])]) == model[entry_id]
 
 
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 40), st.binary(max_size=20)), max_size=80))

@@ -14,6 +14,7 @@ from twisted.internet.testing import StringTransport
 from bkctl.protocol import wire
 from bkctl.server.protocol import BookieFactory, BookieProtocol, deliver_durable
 from tests.server_net.wire_client import MASTER_KEY, package
+from tests.test_wire import TO_BOOKIE, V2, payloads, stream_of
 
 EOK = wire.ReturnCode.EOK
 OTHER_KEY = bytes(20)
@@ -353,3 +354,24 @@ def test_add_fast_path_agrees_with_the_codec(
     assert wire.encode_response(reply) == wire.encode_add_response(
         wire.ReturnCode.EREADONLY, request.ledger_id, request.entry_id, request.version
     )
+
+
+@pytest.mark.parametrize("index", range(len(V2)))
+def test_a_java_clients_stream_split_anywhere_is_handled_the_same(index: int) -> None:
+    # The bookie frames the stream itself (the add fast path reads from its receive buffer): every cut
+    # of a real Java client's request stream must give the same storage state and the same replies.
+    stream = stream_of(payloads(V2[index], TO_BOOKIE))
+
+    def outcome(*parts: bytes) -> tuple[bytes, object, object, object]:
+        storage = MemoryStorage()
+        proto, transport = connect(storage)
+        for part in parts:
+            proto.dataReceived(part)
+        storage.sync()
+        assert not transport.disconnecting
+        return transport.value(), storage.entries, storage.keys, storage.fenced
+
+    whole = outcome(stream)
+    assert whole[0]  # the capture's requests are answered
+    for cut in range(1, len(stream)):
+        assert outcome(stream[:cut], stream[cut:]) == whole, cut
