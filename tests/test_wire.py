@@ -274,9 +274,9 @@ def test_framed_add_in_one_copy_equals_the_composed_codecs(
     digest: DigestType, flag: int, key: bytes, lid: int, eid: int, payload: bytes
 ) -> None:
     mac = entries.mac_key(b"pw")
-    head = entries.entry_head(digest, lid, eid, eid - 1, eid + len(payload), payload, mac)
     packaged = entries.package_entry(digest, lid, eid, eid - 1, eid + len(payload), payload, mac)
-    one_copy = wire.frame_add_request(wire.add_request_head(key, flag), head, payload)
+    head = wire.add_request_head(key, flag)
+    one_copy = wire.frame_add_request(head, digest, lid, eid, eid - 1, eid + len(payload), payload, mac)
     assert one_copy == wire.frame(wire.encode_add_request(packaged, key, flag))
 
 

@@ -244,7 +244,8 @@ class BookieClient:
         end = len(buffer)
         position = 0
         unpack = _REPLY_HEAD.unpack_from
-        answer = self._answer
+        answered_one = self._answered
+        waiting = self._waiting
         try:
             while end - position >= 4:
                 if end - position >= _REPLY_HEAD_SIZE:
@@ -259,7 +260,15 @@ class BookieClient:
                     break
                 position = start + size
                 if size == _ADD_REPLY_SIZE and header >> 16 & 0xFF == _ADD and header >> 24:
-                    answer((_ADD, ledger_id, entry_id), rc, b"")
+                    key = (_ADD, ledger_id, entry_id)
+                    waiter = waiting.pop(key, None)
+                    if type(waiter) is list and waiter[0] is not None:
+                        # What _answered does for the usual case (one live request of this key), inline.
+                        self._in_flight -= 1
+                        on_reply, waiter[0] = waiter[0], None
+                        on_reply(waiter[1], rc, b"")
+                    else:
+                        answered_one(key, waiter, rc, b"")
                 else:
                     self._reply(wire.decode_response(bytes(buffer[start:position])))
         except ProtocolError as exc:
@@ -288,15 +297,18 @@ class BookieClient:
         self._answer(key, response.rc, body)  # type: ignore[union-attr]
 
     def _answer(self, key: Key, rc: int, body: bytes) -> None:
+        self._answered(key, self._waiting.pop(key, None), rc, body)
+
+    def _answered(self, key: Key, queued: _Waiter | deque[_Waiter] | None, rc: int, body: bytes) -> None:
+        """Complete the oldest request of `key` (`queued`: what `_waiting` held for it, now popped)."""
         waiting = self._waiting
-        queued = waiting.pop(key, None)
         if queued is None:
             log.info("bookie %s: reply for %s that nobody waits for", self.bookie_id, key)
             return
-        if type(queued) is list:
+        if isinstance(queued, list):
             waiter = queued
         else:
-            waiter = queued.popleft()  # type: ignore[union-attr]
+            waiter = queued.popleft()
             if queued:
                 waiting[key] = queued
         self._in_flight -= 1

@@ -45,7 +45,7 @@ from bkctl.errors import (
 from bkctl.metadata.layout import Layout
 from bkctl.model import DigestType, LedgerMetadata, LedgerState, Segment
 from bkctl.protocol import wire
-from bkctl.protocol.entry import entry_head, mac_key, master_key
+from bkctl.protocol.entry import mac_key, master_key
 from bkctl.protocol.quorum import Quorum
 
 log = logging.getLogger(__name__)
@@ -267,10 +267,9 @@ class LedgerHandle:
         popleft = unsent.popleft
         for _ in range(min(window, len(unsent))):
             add = popleft()
-            entry_id, payload = add.entry_id, add.payload
-            packaged_head = entry_head(digest, ledger_id, entry_id, lac, add.length, payload, mac)
-            add.frame = frame(head, packaged_head, payload)
-            item = (add_key(ledger_id, entry_id), add.frame, add)
+            entry_id = add.entry_id
+            add.frame = framed = frame(head, digest, ledger_id, entry_id, lac, add.length, add.payload, mac)
+            item = (add_key(ledger_id, entry_id), framed, add)
             for index in write_sets[entry_id % ensemble_size]:
                 batches[index].append(item)
         for (target, on_reply, _), batch in zip(targets, batches, strict=True):

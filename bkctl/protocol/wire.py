@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from enum import IntEnum, unique
 from typing import Final, NamedTuple
 
+from crc32c import crc32c
+
 from bkctl import limits
 from bkctl.errors import (
     BkctlError,
@@ -24,6 +26,9 @@ from bkctl.errors import (
     UnauthorizedError,
     UnavailableError,
 )
+from bkctl.model import DigestType
+from bkctl.protocol.entry import HEADER as ENTRY_HEADER
+from bkctl.protocol.entry import compute_digest
 from bkctl.protocol.protobuf import bytes_field, encode_fields, expect_bytes, iter_fields
 
 
@@ -87,6 +92,7 @@ LAST_ENTRY_ID: Final = -1
 UNKNOWN_ID: Final = -1
 
 _LENGTH = struct.Struct(">i")
+_UINT32 = struct.Struct(">I")  # a CRC32C digest
 _HEADER = struct.Struct(">I")
 _ADD_HEAD = struct.Struct(f">I{limits.MASTER_KEY_SIZE}s")
 _IDS = struct.Struct(">qq")
@@ -359,13 +365,31 @@ def add_request_head(master_key: bytes, flags: int = FLAG_NONE, version: int = P
     return _ADD_HEAD.pack(pack_header(version, OpCode.ADD_ENTRY, flags), master_key)
 
 
-def frame_add_request(head: bytes, entry_head: bytes, payload: bytes) -> bytes:
-    """A framed ADD_ENTRY, built with one copy: the length prefix, `head` (from `add_request_head`),
-    a packaged entry's header and digest (`entry.entry_head`), its payload. The writer's hot path."""
-    size = len(head) + len(entry_head) + len(payload)
+def frame_add_request(
+    head: bytes,
+    digest: DigestType,
+    ledger_id: int,
+    entry_id: int,
+    last_add_confirmed: int,
+    length: int,
+    payload: bytes,
+    key: bytes | None = None,
+) -> bytes:
+    """A framed ADD_ENTRY built with one copy: the length prefix, `head` (from `add_request_head`) and
+    the packaged entry (`entry.package_entry`: header, digest, payload; MAC needs `key`). The writer's
+    hot path, one call per entry: the default CRC32C digest is computed here."""
+    try:
+        header = ENTRY_HEADER.pack(ledger_id, entry_id, last_add_confirmed, length)
+    except struct.error as e:
+        raise ProtocolError(f"entry field out of the int64 range: {e}") from None
+    if digest is DigestType.CRC32C:
+        checksum = _UINT32.pack(crc32c(payload, crc32c(header)))
+    else:
+        checksum = compute_digest(digest, header, payload, key)
+    size = len(head) + len(header) + len(checksum) + len(payload)
     if size > limits.FRAME_SIZE_MAX:
         raise ProtocolError(f"frame of {size} bytes exceeds the {limits.FRAME_SIZE_MAX}-byte limit")
-    return b"".join((_LENGTH.pack(size), head, entry_head, payload))
+    return b"".join((_LENGTH.pack(size), head, header, checksum, payload))
 
 
 def encode_read_request(
