@@ -59,6 +59,7 @@ class BookieConfig:
     disk_check_interval_ms: int = 10_000
     frame_size_max: int = limits.FRAME_SIZE_MAX
     pending_adds_per_connection_max: int = limits.BOOKIE_PENDING_ADDS_PER_CONNECTION_MAX
+    tcp_no_delay: bool = True  # Nagle off on client connections, as BookKeeper's serverTcpNoDelay
 
     @property
     def effective_index_dirs(self) -> tuple[Path, ...]:
@@ -283,6 +284,7 @@ KEYS: Final[Mapping[str, Setter]] = {
     "diskUsageLwmThreshold": _field("disk_usage_lwm_threshold", lambda k, v: _float(k, v, 0.0, 1.0)),
     "diskCheckInterval": _field("disk_check_interval_ms", lambda k, v: _int(k, v, 10, 86_400_000)),
     "nettyMaxFrameSizeBytes": _field("frame_size_max", _frame_size),
+    "serverTcpNoDelay": _field("tcp_no_delay", _bool),
     "maxPendingAddsPerConnection": _field(
         "pending_adds_per_connection_max", lambda k, v: _int(k, v, 1, 1_000_000)
     ),

@@ -137,6 +137,11 @@ class BookieProtocol(protocol.Protocol):
 
     def connectionMade(self) -> None:
         self._transport = self.transport
+        if self.factory.tcp_no_delay and hasattr(self._transport, "setTcpNoDelay"):
+            # Replies are small writes: with Nagle on, a batch written while the previous one is not yet
+            # acknowledged waits for the client's delayed ACK, 40 ms on Linux, every add of the client
+            # stalled behind it (measured: 40-44 ms gaps in a 3-bookie run, several per 10 s).
+            self._transport.setTcpNoDelay(True)
         peer = self._transport.getPeer()
         self.peer = f"{getattr(peer, 'host', '?')}:{getattr(peer, 'port', '?')}"
         # As a streaming producer the transport tells us when its write buffer is full.
@@ -396,10 +401,12 @@ class BookieFactory(protocol.Factory):
         storage: StorageApi,
         frame_size_max: int = limits.FRAME_SIZE_MAX,
         pending_adds_max: int = limits.BOOKIE_PENDING_ADDS_PER_CONNECTION_MAX,
+        tcp_no_delay: bool = True,
     ) -> None:
         self.storage = storage
         self.frame_size_max = frame_size_max
         self.pending_adds_max = pending_adds_max
+        self.tcp_no_delay = tcp_no_delay
         self.metrics = NetworkMetrics()
         self.connections: set[BookieProtocol] = set()
         self.ready = True

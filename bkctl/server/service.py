@@ -85,7 +85,7 @@ class BookieService:
         self._storage_config = storage_config(config)  # validate before anything starts
         self.storage: Storage | None = None
         self.factory = BookieFactory(
-            _NotReady(), config.frame_size_max, config.pending_adds_per_connection_max
+            _NotReady(), config.frame_size_max, config.pending_adds_per_connection_max, config.tcp_no_delay
         )
         self.factory.ready = False
         self.store: MetadataStore | None = None

@@ -12,6 +12,7 @@ from twisted.internet.address import IPv4Address
 from twisted.internet.testing import StringTransport
 
 from bkctl.protocol import wire
+from bkctl.server.config import load_config
 from bkctl.server.protocol import BookieFactory, BookieProtocol, deliver_durable
 from tests.server_net.wire_client import MASTER_KEY, package
 from tests.test_wire import TO_BOOKIE, V2, payloads, stream_of
@@ -70,6 +71,7 @@ class CountingTransport(StringTransport):
     def __init__(self) -> None:
         super().__init__(peerAddress=IPv4Address("TCP", "10.0.0.9", 4242))
         self.writes = 0
+        self.no_delay = False
 
     def write(self, data: bytes) -> None:
         self.writes += 1
@@ -79,8 +81,11 @@ class CountingTransport(StringTransport):
         self.writes += 1
         super().write(b"".join(seq))
 
+    def setTcpNoDelay(self, enabled: bool) -> None:
+        self.no_delay = enabled
 
-def connect(storage: MemoryStorage, **kwargs: int) -> tuple[BookieProtocol, CountingTransport]:
+
+def connect(storage: MemoryStorage, **kwargs: int | bool) -> tuple[BookieProtocol, CountingTransport]:
     factory = BookieFactory(storage, **kwargs)
     proto = factory.buildProtocol(None)
     assert proto is not None
@@ -244,6 +249,14 @@ def test_unframeable_input_closes_after_answering_what_came_before(bad: bytes) -
     assert transport.producerState == "paused"
     assert [r.rc for r in replies(transport)] == [wire.ReturnCode.ENOLEDGER]  # type: ignore[union-attr]
     assert proto.factory.metrics.frames_rejected == 1
+
+
+def test_nagle_is_off_unless_configured_on() -> None:
+    # Small reply batches behind an unacknowledged one would wait for the client's delayed ACK (40 ms).
+    assert connect(MemoryStorage())[1].no_delay
+    assert not connect(MemoryStorage(), tcp_no_delay=False)[1].no_delay
+    assert load_config({"serverTcpNoDelay": "false"}).tcp_no_delay is False
+    assert load_config().tcp_no_delay is True
 
 
 def test_oversized_frame_uses_the_configured_limit() -> None:
