@@ -12,6 +12,7 @@ from __future__ import annotations
 import bisect
 import logging
 import os
+import random
 import shutil
 import struct
 import time
@@ -64,6 +65,11 @@ REPLAY_SLOTS_MAX: Final = 1_000_000
 # was 25 ms with no checkpoint in the run, 40-49 ms at 1/4, 29-38 at 1/8, 28-37 at 1/16; one bookie
 # went from p99 18-20 to 10-12 ms for about 6% more CPU per add (more, smaller fsyncs).
 CHECKPOINT_AT_FRACTION: Final = 1 / 16
+# Each checkpoint's threshold is that share times a random factor in this range. The bookies of an
+# ensemble get the same stream (E=3, Qw=2: 2 of every 3 entries each), so with one fixed threshold they
+# checkpointed at the same moment and their entry-log bursts shared the disk (3 bookie processes: every
+# 12-17 ms gap between add completions was three overlapping checkpoints).
+CHECKPOINT_JITTER: Final = (0.5, 1.5)
 
 __all__ = ["ReplayReport", "Storage", "StorageConfig"]
 
@@ -195,7 +201,8 @@ class Storage:
         self.last_marks_written: tuple[Mark, ...] = ((-1, 0),) * len(self._journals)
         self._replay_skipped = 0
         self._replay_runs = ReplayRuns(self._writer)
-        self._checkpoint_at_bytes = max(1, int(config.write_cache_max_bytes * CHECKPOINT_AT_FRACTION))
+        self._checkpoint_base_bytes = max(1, int(config.write_cache_max_bytes * CHECKPOINT_AT_FRACTION))
+        self._checkpoint_at_bytes = self._next_checkpoint_at()
 
     # --- start: replay ----------------------------------------------------------------------------
 
@@ -547,7 +554,11 @@ class Storage:
             self._start_checkpoint()
         return done
 
+    def _next_checkpoint_at(self) -> int:
+        return max(1, int(self._checkpoint_base_bytes * random.uniform(*CHECKPOINT_JITTER)))
+
     def _start_checkpoint(self) -> None:
+        self._checkpoint_at_bytes = self._next_checkpoint_at()
         run = _Checkpoint(self._active, self._dirty_headers(), self._marks(), self._waiters)
         self._waiters = []
         self._active, self._flushing, self._running = WriteCache(), run.cache, run
