@@ -12,7 +12,7 @@ from bkctl.files.entrylog import entry_log_records, ledger_sizes, open_entry_log
 from bkctl.files.index import index_entries, ledger_index_path, open_index
 from bkctl.protocol.entrylog_format import RecordKind, record_key
 from bkctl.protocol.wire import ReturnCode as RC
-from bkctl.server.storage import Storage
+from bkctl.server.storage import CHECKPOINT_AT_FRACTION, CHECKPOINT_JITTER, Storage
 from tests.server.helpers import (
     KEY,
     OTHER_KEY,
@@ -209,6 +209,15 @@ async def test_corrupt_entry_log_record_and_index_page_give_eio(
     assert storage.read(4, 4) == (RC.EOK, packaged(4, 4))
     assert storage.read(8, 3) == (RC.EOK, packaged(8, 3))
     await storage.stop()
+
+
+def test_checkpoint_thresholds_are_spread(tmp_path: Path) -> None:
+    # Bookies fed the same stream must not checkpoint in step: every threshold is drawn afresh.
+    storage = Storage(config(tmp_path, write_cache_max_bytes=16 * 1024 * 1024), Durable(), reactor)
+    base = 16 * 1024 * 1024 * CHECKPOINT_AT_FRACTION
+    low, high = CHECKPOINT_JITTER
+    drawn = {storage._next_checkpoint_at() for _ in range(50)}
+    assert len(drawn) > 40 and all(base * low <= t <= base * high for t in drawn)
 
 
 def test_config_defaults_index_dirs_to_ledger_dirs(tmp_path: Path) -> None:
