@@ -23,6 +23,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -55,13 +57,45 @@ def settle(bookie_pids: list[int], limit_s: float = 30.0) -> None:
         used = now
 
 
-def bench_write(uri: str, depth: int, size: int, seconds: float, bookie_pids: list[int]) -> dict[str, Any]:
+@contextmanager
+def cluster(tree: Path = REPO) -> Iterator[tuple[str, list[int]]]:
+    """3 bookie processes running `tree`'s code (SQLite metadata, data on the local disk): (uri, pids).
+
+    `python -m bkctl` puts its cwd first on sys.path, so the children start from `tree` as their cwd.
+    """
+    data = REPO / "benchmarks" / "data"  # on the local disk, like the other benchmarks (not tmpfs)
+    data.mkdir(exist_ok=True)
+    cwd, pythonpath = os.getcwd(), os.environ.get("PYTHONPATH")
+    with tempfile.TemporaryDirectory(prefix="bkctl-cluster-write-", dir=data) as tmp:
+        root = Path(tmp)
+        uri = f"sqlite://{root / 'metadata.db'}"
+        with open_store(uri) as store:
+            Layout(store).init_cluster()
+        os.chdir(tree)
+        os.environ["PYTHONPATH"] = str(tree)
+        try:
+            children, _ = start_children(root, uri, 3, 0)
+        finally:
+            os.chdir(cwd)
+            if pythonpath is None:
+                os.environ.pop("PYTHONPATH")
+            else:
+                os.environ["PYTHONPATH"] = pythonpath
+        try:
+            yield uri, [child.proc.pid for child in children]
+        finally:
+            stop_children(children)
+
+
+def bench_write(
+    uri: str, depth: int, size: int, seconds: float, bookie_pids: list[int], tree: Path = REPO
+) -> dict[str, Any]:
     command = [sys.executable, "-m", "bkctl", "bench", "write", "-o", "json", "-E", "3", "-Qw", "2"]
     command += ["-Qa", "2", "--entry-size", str(size), "-D", str(depth), "--duration", str(seconds)]
     before = sum(cpu_s(pid) for pid in bookie_pids)
     children_before = os.times()
-    env = {**os.environ, "BKCTL_METADATA": uri}
-    done = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, check=True)
+    env = {**os.environ, "BKCTL_METADATA": uri, "PYTHONPATH": str(tree)}
+    done = subprocess.run(command, env=env, cwd=tree, capture_output=True, text=True, check=True)
     children_after = os.times()
     bookies_s = sum(cpu_s(pid) for pid in bookie_pids) - before
     client_s = (children_after.children_user - children_before.children_user) + (
@@ -111,24 +145,13 @@ def main() -> None:
     args = parser.parse_args()
     depths = [int(d) for d in args.depths.split(",")]
     runs: list[dict[str, Any]] = []
-    data = REPO / "benchmarks" / "data"  # on the local disk, like the other benchmarks (not tmpfs)
-    data.mkdir(exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="bkctl-cluster-write-", dir=data) as tmp:
-        root = Path(tmp)
-        uri = f"sqlite://{root / 'metadata.db'}"
-        with open_store(uri) as store:
-            Layout(store).init_cluster()
-        children, _ = start_children(root, uri, 3, 0)
-        try:
-            pids = [child.proc.pid for child in children]
-            for _ in range(args.rounds):
-                for depth in depths:
-                    settle(pids)
-                    run = bench_write(uri, depth, args.size, args.seconds, pids)
-                    print(json.dumps(run), flush=True)
-                    runs.append(run)
-        finally:
-            stop_children(children)
+    with cluster() as (uri, pids):
+        for _ in range(args.rounds):
+            for depth in depths:
+                settle(pids)
+                run = bench_write(uri, depth, args.size, args.seconds, pids)
+                print(json.dumps(run), flush=True)
+                runs.append(run)
     print(table(runs, depths))
     if args.single:
         single = [sys.executable, str(REPO / "benchmarks" / "bookie_add.py"), "--seconds", "5"]
