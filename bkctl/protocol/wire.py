@@ -377,7 +377,8 @@ def frame_add_request(
 ) -> bytes:
     """A framed ADD_ENTRY built with one copy: the length prefix, `head` (from `add_request_head`) and
     the packaged entry (`entry.package_entry`: header, digest, payload; MAC needs `key`). The writer's
-    hot path, one call per entry: the default CRC32C digest is computed here."""
+    hot path, one call per entry: the default CRC32C digest is computed here as `entry.compute_digest`
+    does, without the call."""
     try:
         header = ENTRY_HEADER.pack(ledger_id, entry_id, last_add_confirmed, length)
     except struct.error as e:
