@@ -60,7 +60,6 @@ _REPLY_HEAD_SIZE = _REPLY_HEAD.size
 _ADD_REPLY_SIZE = _REPLY_HEAD_SIZE - wire.LENGTH_PREFIX_SIZE
 _FRAME_MIN = wire.HEADER_SIZE
 _FRAME_MAX = limits.FRAME_SIZE_MAX
-_PREFIX = struct.Struct(">i")
 
 
 def rc_text(rc: int) -> str:
@@ -251,7 +250,7 @@ class BookieClient:
                 if end - position >= _REPLY_HEAD_SIZE:
                     size, header, rc, ledger_id, entry_id = unpack(buffer, position)
                 else:  # too short for an add reply: only the length matters
-                    (size,) = _PREFIX.unpack_from(buffer, position)
+                    (size,) = wire.FRAME_LENGTH.unpack_from(buffer, position)
                     header = 0
                 if not _FRAME_MIN <= size <= _FRAME_MAX:
                     raise ProtocolError(f"reply frame length {size} is not {_FRAME_MIN}..{_FRAME_MAX}")

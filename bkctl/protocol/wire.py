@@ -91,7 +91,7 @@ LAST_ENTRY_ID: Final = -1
 # Ids we answer with when a request could not tell us which ledger/entry it was about.
 UNKNOWN_ID: Final = -1
 
-_LENGTH = struct.Struct(">i")
+FRAME_LENGTH: Final = struct.Struct(">i")  # the length prefix of every frame
 _UINT32 = struct.Struct(">I")  # a CRC32C digest
 _HEADER = struct.Struct(">I")
 _ADD_HEAD = struct.Struct(f">I{limits.MASTER_KEY_SIZE}s")
@@ -269,7 +269,7 @@ def frame_prefix(payload_size: int) -> bytes:
     """The 4-byte length prefix for a payload, so callers can write prefix and payload without a copy."""
     if not 0 <= payload_size <= limits.FRAME_SIZE_MAX:
         raise ProtocolError(f"frame of {payload_size} bytes exceeds the {limits.FRAME_SIZE_MAX}-byte limit")
-    return _LENGTH.pack(payload_size)
+    return FRAME_LENGTH.pack(payload_size)
 
 
 def frame(payload: bytes) -> bytes:
@@ -328,7 +328,7 @@ class FrameDecoder:
         # One copy per frame (through the view); the view is released before the buffer is resized.
         with memoryview(buffer) as view:
             while end - position >= LENGTH_PREFIX_SIZE:
-                (size,) = _LENGTH.unpack_from(view, position)
+                (size,) = FRAME_LENGTH.unpack_from(view, position)
                 if not HEADER_SIZE <= size <= self._frame_size_max:
                     self._error = ProtocolError(bad_frame_length(size, self._frame_size_max))
                     if not found:
@@ -390,7 +390,7 @@ def frame_add_request(
     size = len(head) + len(header) + len(checksum) + len(payload)
     if size > limits.FRAME_SIZE_MAX:
         raise ProtocolError(f"frame of {size} bytes exceeds the {limits.FRAME_SIZE_MAX}-byte limit")
-    return b"".join((_LENGTH.pack(size), head, header, checksum, payload))
+    return b"".join((FRAME_LENGTH.pack(size), head, header, checksum, payload))
 
 
 def encode_read_request(

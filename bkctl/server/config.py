@@ -338,8 +338,6 @@ def _validate(config: BookieConfig) -> BookieConfig:
             f"config key diskUsageLwmThreshold: {config.disk_usage_lwm_threshold} is above "
             f"diskUsageThreshold {config.disk_usage_threshold}"
         )
-    if len(set(config.journal_dirs)) != len(config.journal_dirs):
-        raise UsageError("config key journalDirectories: a directory is listed twice")
     if len(config.journal_dirs) > limits.JOURNAL_DIRS_MAX:
         raise UsageError(f"config key journalDirectories: more than {limits.JOURNAL_DIRS_MAX} directories")
     all_dirs = [*config.journal_dirs, *config.ledger_dirs]

@@ -46,7 +46,6 @@ _ADD_SIZE_MIN: Final = _FRAMED_ADD.size - wire.LENGTH_PREFIX_SIZE  # up to the e
 _ADD_ENTRY_OFFSET: Final = wire.LENGTH_PREFIX_SIZE + wire.HEADER_SIZE + limits.MASTER_KEY_SIZE
 _ADD_V2_HEADER_HIGH: Final = wire.pack_header(wire.PROTOCOL_VERSION, wire.OpCode.ADD_ENTRY, 0) >> 16
 _RECOVERY_ADD: Final = int(wire.FLAG_RECOVERY_ADD)
-_LENGTH: Final = struct.Struct(">i")
 _FRAME_SIZE_MIN: Final = wire.HEADER_SIZE
 # A framed add reply in one pack: length prefix, header, rc, ledger id, entry id.
 _FRAMED_ADD_RESPONSE: Final = struct.Struct(">iIiqq")
@@ -220,7 +219,7 @@ class BookieProtocol(protocol.Protocol):
                 if end - position >= head_size:
                     size, header, master_key, ledger_id, entry_id = unpack_add(buffer, position)
                 else:  # too short for an add: only the length matters
-                    (size,) = _LENGTH.unpack_from(buffer, position)
+                    (size,) = wire.FRAME_LENGTH.unpack_from(buffer, position)
                     header = 0
                 if not _FRAME_SIZE_MIN <= size <= frame_size_max:
                     problem = wire.bad_frame_length(size, frame_size_max)

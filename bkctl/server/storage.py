@@ -197,7 +197,8 @@ class Storage:
         self._periodic: Any = None
         self._started = False
         self._stopping: Deferred[None] | None = None
-        self._adds_refused = self._manual_read_only  # any of the four states above: see _refusal
+        self._adds_refused = False  # any of the four states above: see _refusal
+        self._refresh_refusal()
         self.last_marks_written: tuple[Mark, ...] = ((-1, 0),) * len(self._journals)
         self._replay_skipped = 0
         self._replay_runs = ReplayRuns(self._writer)
@@ -392,9 +393,7 @@ class Storage:
 
     def _refresh_refusal(self) -> None:
         """Call after any of the states `_refusal` reads changes."""
-        self._adds_refused = (
-            self._manual_read_only or self._disk_full or self._journal_broken or self._stopping is not None
-        )
+        self._adds_refused = self.read_only or self._stopping is not None
 
     def _new_ledger(self, ledger_id: int, master_key: bytes) -> LedgerInfo:
         """First sight of a ledger: its master key goes to the journal before any of its records."""
