@@ -26,6 +26,7 @@ class ExitCode(IntEnum):
     CONFLICT = 10
     CLOSED = 11
     READ_ONLY = 12
+    LOCKED = 13
     INTERRUPTED = 130
 
 
@@ -120,7 +121,7 @@ class LedgerClosedError(BkctlError):
 
 
 class ReadOnlyError(BkctlError):
-    """The bookie or store is read-only (BookKeeper EREADONLY)."""
+    """The bookie or store is read-only (BookKeeper EREADONLY), or a directory it must write is."""
 
     exit_code = ExitCode.READ_ONLY
 
@@ -141,6 +142,13 @@ def exit_code_table() -> list[tuple[int, str, str]]:
         ExitCode.CONFLICT: "concurrent update lost or node exists",
         ExitCode.CLOSED: "ledger closed",
         ExitCode.READ_ONLY: "read-only",
+        ExitCode.LOCKED: "a bookie directory is in use by another process",
         ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
     }
     return [(int(code), code.name, meanings[code]) for code in ExitCode]
+
+
+class DirectoryLockedError(BkctlError):
+    """A bookie directory is in use by another process (its lock file is held)."""
+
+    exit_code = ExitCode.LOCKED

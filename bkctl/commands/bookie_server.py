@@ -186,13 +186,17 @@ def format_(
     the cluster must re-replicate its ledgers)."""
     from bkctl.commands.options import open_layout
     from bkctl.server import cookies
+    from bkctl.server.dirlock import locked
 
     config = _config(conf, port, journal_dir, ledger_dir, index_dir, bookie_id)
     the_id = _bookie_id(config)
     dirs = ", ".join(str(d) for d in cookies.all_dirs(config))
     if not yes and not typer.confirm(f"Wipe {dirs} and the cookie of bookie {the_id}?", err=True):
         raise typer.Abort()
-    with open_layout(_metadata_uri(metadata, config)) as layout:
+    with (
+        locked(cookies.labelled_dirs(config), "bkctl bookie format"),
+        open_layout(_metadata_uri(metadata, config)) as layout,
+    ):
         removed = cookies.format_bookie(config, layout, the_id)
     for what in removed:
         message(f"removed {what}")
@@ -291,12 +295,16 @@ def cookie_update(
     or a new bookie id. The bookie must be stopped; a new bookie id gets the old one's cookie."""
     from bkctl.commands.options import open_layout
     from bkctl.server import cookies
+    from bkctl.server.dirlock import locked
 
     config = _config(conf, port, journal_dir, ledger_dir, index_dir, bookie_id, advertised_address)
     if not config.bookie_id and config.port == 0:
         raise UsageError("cookie update needs the bookie's id: give --bookie-id or --port")
     the_id = config.resolved_bookie_id()
-    with open_layout(_metadata_uri(metadata, config)) as layout:
+    with (
+        locked(cookies.labelled_dirs(config), "bkctl bookie cookie update"),
+        open_layout(_metadata_uri(metadata, config)) as layout,
+    ):
         if the_id in layout.bookies() or the_id in layout.bookies(readonly=True):
             from bkctl.errors import ConflictError
 

@@ -42,6 +42,17 @@ def all_dirs(config: BookieConfig) -> list[Path]:
     return list(dict.fromkeys([*config.journal_dirs, *config.ledger_dirs, *config.effective_index_dirs]))
 
 
+def labelled_dirs(config: BookieConfig) -> list[tuple[str, Path]]:
+    """(kind, directory) for every directory of the bookie, each once: what a message names it."""
+    labelled = [("journal directory", d) for d in config.journal_dirs]
+    labelled += [("ledger directory", d) for d in config.ledger_dirs]
+    labelled += [("index directory", d) for d in config.effective_index_dirs]
+    first: dict[Path, str] = {}
+    for kind, directory in labelled:
+        first.setdefault(directory, kind)  # a directory named twice keeps its first kind
+    return [(kind, directory) for directory, kind in first.items()]
+
+
 def expected_cookie(config: BookieConfig, bookie_id: str, instance_id: str | None) -> Cookie:
     return Cookie.create(
         bookie_id,

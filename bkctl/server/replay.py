@@ -61,24 +61,65 @@ class ReplayReport:
 
 
 def replay(
-    journal_dir: Path, mark: Mark, apply: ApplyRecord, take_data: TakeData | None = None
+    journal_dir: Path,
+    mark: Mark,
+    apply: ApplyRecord,
+    take_data: TakeData | None = None,
+    mark_written_ns: int | None = None,
 ) -> ReplayReport:
     """Scan the journals from `mark` (oldest first) and apply every record; returns what was done.
 
     Without `take_data` every record goes to `apply`; with it, the DATA records it takes do not.
+    `mark_written_ns` (the lastMark file's mtime) lets replay notice a mark this journal dir's writer
+    did not make (see `start_offset`).
     """
     report = ReplayReport(mark)
     started = time.perf_counter()
     buffer = bytearray(READ_CHUNK_SIZE)
     for journal_id, path in list_journals(journal_dir):
-        if journal_id < mark[0]:
+        offset = start_offset(journal_id, path, mark, mark_written_ns)
+        if offset is None:
             continue
         report.journals.append(path.name)
         scan = _JournalScan(path, buffer, apply, take_data)
-        scan.run(mark[1] if journal_id == mark[0] else 0, report)
+        scan.run(offset, report)
         report.end_mark = (journal_id, report.end_mark[1])
     report.seconds = time.perf_counter() - started
     return report
+
+
+def start_offset(journal_id: int, path: Path, mark: Mark, mark_written_ns: int | None) -> int | None:
+    """Where replay of one journal starts; None when the checkpoint of `mark` covers all of it.
+
+    A journal older than the mark is covered only if nothing was written to it after the mark was:
+    the bookie stops writing a journal before it starts the next one, and a checkpoint writes lastMark
+    after that. A journal written later means the mark came from another process (two bookies on one
+    directory, a directory copied from another bookie): skipping it would lose acknowledged entries,
+    so it is replayed whole. The same for a mark past the end of its own journal.
+    """
+    if journal_id > mark[0]:
+        return 0
+    stat = path.stat()
+    if journal_id == mark[0]:
+        if mark[1] <= stat.st_size:
+            return mark[1]
+        log.warning(
+            "lastMark points at offset %d of %s, past its end (%d bytes): not this journal's mark; "
+            "replaying the journal whole",
+            mark[1],
+            path,
+            stat.st_size,
+        )
+        return 0
+    if mark_written_ns is not None and stat.st_mtime_ns > mark_written_ns:
+        log.warning(
+            "%s was written after lastMark (journal %x) was: that mark is not this bookie's; "
+            "replaying the journal whole",
+            path,
+            mark[0],
+        )
+        return 0
+    return None
 
 
 def merge_reports(reports: list[ReplayReport]) -> ReplayReport:

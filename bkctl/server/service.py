@@ -18,6 +18,7 @@ from typing import Any
 
 from twisted.internet import defer, task, threads
 from twisted.internet.defer import Deferred
+from twisted.internet.error import CannotListenError
 
 from bkctl.errors import BkctlError, ConflictError, UnavailableError
 from bkctl.metadata.layout import Layout
@@ -25,6 +26,7 @@ from bkctl.metadata.store import MetadataStore, open_store, parse_metadata_uri
 from bkctl.protocol import metadata_format as mf
 from bkctl.server import cookies
 from bkctl.server.config import BookieConfig
+from bkctl.server.dirlock import DirectoryLocks, holder_text, lock_directories
 from bkctl.server.protocol import BookieFactory, NetworkMetrics, deliver_durable
 from bkctl.server.storage import ReplayReport, Storage, StorageConfig
 
@@ -101,6 +103,7 @@ class BookieService:
         self._watcher: task.LoopingCall | None = None
         self._session_sub: Any = None
         self._stopping: Deferred[None] | None = None
+        self._locks: DirectoryLocks | None = None
 
     # --- start ----------------------------------------------------------------------------------
 
@@ -115,12 +118,12 @@ class BookieService:
 
     @defer.inlineCallbacks
     def _start(self) -> Any:
+        # Before anything reads or writes a directory: a second bookie there loses acknowledged entries.
+        self._locks = lock_directories(cookies.labelled_dirs(self.config), holder_text("bkctl bookie start"))
         location = parse_metadata_uri(self.metadata_uri)
         self.store = yield self._in_thread(self._store_opener, self.metadata_uri)
         self.layout = Layout(self.store, location.root)
-        self._listener = self._reactor.listenTCP(
-            self.config.port, self.factory, interface=self.config.listen_host
-        )
+        self._listener = self._listen(self.config.port, self.factory)
         self.port = self._listener.getHost().port
         self.bookie_id = self.config.resolved_bookie_id(self.port)
         yield self._in_thread(cookies.check_cookies, self.config, self.layout, self.bookie_id)
@@ -148,10 +151,16 @@ class BookieService:
         site_class: Any = Site
         site = site_class(admin_resource(self))
         site.noisy = False
-        self._http_listener = self._reactor.listenTCP(
-            self.config.http_port, site, interface=self.config.listen_host
-        )
+        self._http_listener = self._listen(self.config.http_port, site, "admin http ")
         self.http_port = self._http_listener.getHost().port
+
+    def _listen(self, port: int, factory: Any, what: str = "") -> Any:
+        host = self.config.listen_host
+        try:
+            return self._reactor.listenTCP(port, factory, interface=host)
+        except CannotListenError as exc:
+            reason = exc.socketError.strerror if isinstance(exc.socketError, OSError) else exc.socketError
+            raise UnavailableError(f"cannot listen on {what}port {host}:{port}: {reason}") from None
 
     def _in_thread(self, function: Callable[..., Any], *args: Any) -> Deferred[Any]:
         return threads.deferToThreadPool(self._reactor, self._reactor.getThreadPool(), function, *args)
@@ -263,6 +272,8 @@ class BookieService:
             await self._quietly("storage stop", self.storage.stop())
         if self.store is not None:
             await self._quietly("metadata close", self._in_thread(self.store.close))
+        if self._locks is not None:
+            self._locks.release()  # last: the next bookie on these directories may start now
         self.state = "stopped"
         log.info("bookie %s stopped", self.bookie_id or "(not started)")
 

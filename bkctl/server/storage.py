@@ -223,8 +223,8 @@ class Storage:
         marks = self._read_last_marks()
         report = merge_reports(
             [
-                replay(directory, mark, self._replay_record, self._replay_take)
-                for directory, mark in zip(self._journal_currents, marks, strict=True)
+                replay(directory, mark, self._replay_record, self._replay_take, written_ns)
+                for directory, (mark, written_ns) in zip(self._journal_currents, marks, strict=True)
             ]
         )
         report.skipped += self._replay_skipped
@@ -250,22 +250,24 @@ class Storage:
         """`lastMark` with one journal, `lastMark.<i>` for journal i of several, as BookKeeper names them."""
         return LAST_MARK_NAME if len(self._journals) == 1 else f"{LAST_MARK_NAME}.{index}"
 
-    def _read_last_marks(self) -> list[Mark]:
+    def _read_last_marks(self) -> list[tuple[Mark, int | None]]:
         return [self._read_last_mark(self._last_mark_name(i)) for i in range(len(self._journals))]
 
-    def _read_last_mark(self, name: str) -> Mark:
-        """The largest mark named `name` over the ledger dirs; (-1, 0) (replay everything) if none."""
-        marks = [(-1, 0)]
+    def _read_last_mark(self, name: str) -> tuple[Mark, int | None]:
+        """The largest mark named `name` over the ledger dirs and when it was written (ns); ((-1, 0),
+        None) (replay everything) if none."""
+        marks: list[tuple[Mark, int | None]] = [((-1, 0), None)]
         for directory in self._ledger_currents:
             path = directory / name
             if path.is_file():
                 try:
                     found = read_last_mark(path)
-                except ProtocolError as exc:
+                    written_ns = path.stat().st_mtime_ns
+                except (ProtocolError, OSError) as exc:
                     log.warning("%s: ignoring unreadable lastMark: %s", path, exc)
                     continue
-                marks.append((found.journal_id, found.offset))
-        return max(marks)
+                marks.append(((found.journal_id, found.offset), written_ns))
+        return max(marks, key=lambda m: m[0])
 
     def _replay_take(self, buffer: bytearray, pos: int, end: int) -> tuple[int, int]:
         """The fast path: runs of DATA records of known ledgers straight to the entry log."""

@@ -75,7 +75,11 @@ def replayed(directory: Path, fast: bool, monkeypatch: pytest.MonkeyPatch, **ove
     with monkeypatch.context() as patch:
         if not fast:
             real = replay_module.replay
-            patch.setattr(storage_module, "replay", lambda d, mark, apply, take=None: real(d, mark, apply))
+            patch.setattr(
+                storage_module,
+                "replay",
+                lambda d, mark, apply, take=None, written=None: real(d, mark, apply, None, written),
+            )
         storage = Storage(config(directory, **overrides), Durable(), ThreadedClock())
         return storage, storage.start()
 

@@ -90,8 +90,8 @@ def test_format_refused_while_the_bookie_runs(tmp_path: Path) -> None:
         bookie.wait_serving()
         assert registrations_of(uri) == ([BOOKIE_ID], [])
         refused = bkctl("bookie", "format", *dirs(base), "--metadata", uri, "--bookie-id", BOOKIE_ID, "--yes")
-        assert refused.returncode == ExitCode.CONFLICT
-        assert "is registered" in refused.stderr
+        assert refused.returncode == ExitCode.LOCKED
+        assert f"in use by another process (pid {bookie.proc.pid}, bkctl bookie start" in refused.stderr
         assert (base / "journal" / "current" / "VERSION").exists()
         assert bookie.terminate() == 0
     finally:
