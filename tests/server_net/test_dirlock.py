@@ -10,32 +10,20 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from bkctl.errors import DirectoryLockedError, ExitCode, UnavailableError
 from bkctl.server.dirlock import LOCK_FILE, lock_directories
-from tests.conftest import REPO
 from tests.server_net.live import BookieProcess, metadata_uri, start_bookie, twisted_test
+from tests.server_net.test_commands import bkctl, dirs
 
 pytestmark = pytest.mark.slow
 
 
 def bookie_start(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bkctl", "bookie", "start", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
-def dirs(base: Path) -> list[str]:
-    return ["-j", str(base / "journal"), "-l", str(base / "ledgers")]
+    return bkctl("bookie", "start", *args)
 
 
 def one_line(stderr: str) -> str:
