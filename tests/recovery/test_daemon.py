@@ -156,3 +156,26 @@ async def test_worker_backs_off_holding_the_lock_and_drops_deleted_ledgers(store
     finally:
         await bounded(daemon.stop())
     assert await in_thread(layout.lock_holder, stuck) is None  # stop released the lock it held
+
+
+@twisted_test
+async def test_daemon_rides_through_a_session_expiry(store_target: StoreTarget) -> None:
+    layout = await in_thread(cluster, store_target)
+    on_d = await in_thread(_ledger, layout, (A, B, D))
+    repairer = Recorder()
+    daemon_layout = Layout(store_target.open())
+    daemon = AutorecoveryDaemon(daemon_layout, reactor, "d", repairer, worker_config=FAST)
+    await bounded(daemon.start())
+    try:
+        await until(lambda: daemon.auditor is not None and daemon.auditor.ready)
+        first = daemon.auditor
+        store_target.expire(daemon_layout.store)
+        # Voted again, elected again (it is alone), a new auditor that audits what happens next.
+        await until(
+            lambda: daemon.auditor is not None and daemon.auditor is not first and daemon.auditor.ready
+        )
+        await in_thread(layout.unregister_bookie, D)
+        await until(lambda: repairer.repairs == [on_d])
+        await until(lambda: daemon.worker.stats.ledgers_replicated == 1)
+    finally:
+        await bounded(daemon.stop())
