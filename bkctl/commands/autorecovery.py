@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any
 
 import typer
@@ -35,14 +36,27 @@ def status(metadata: MetadataOption = None, output: OutputOption = None) -> None
         document.update(auditor_fields(layout, problems))
         document["lost_bookie_recovery_delay_s"] = layout.lost_bookie_recovery_delay()
         entries = list(layout.underreplicated_ledgers(problems))
+        statuses = layout.daemon_statuses()
     document["underreplicated_count"] = len(entries)
     document["being_replicated"] = [
         {"ledger_id": e.ledger_id, "replication_worker": e.replication_worker}
         for e in entries
         if e.replication_worker is not None
     ]
+    document["daemons"] = daemon_documents(statuses, problems)
     write_mapping(document, fmt)
     problems.raise_if_any()
+
+
+def daemon_documents(statuses: dict[str, bytes], problems: Problems) -> list[dict[str, Any]]:
+    """The status each running daemon publishes (bkctl daemons only; Java's are not listed)."""
+    documents = []
+    for name, data in sorted(statuses.items()):
+        try:
+            documents.append(json.loads(data))
+        except ValueError:
+            problems(f"daemon {name}", "status is not JSON")
+    return documents
 
 
 @app.command("enable")
@@ -96,3 +110,16 @@ def lost_bookie_recovery_delay(
             message(f"lostBookieRecoveryDelay set to {set_s} s")
         value = layout.lost_bookie_recovery_delay()
     write_mapping({"lost_bookie_recovery_delay_s": value}, fmt)
+
+
+@app.command("trigger-audit")
+def trigger_audit(metadata: MetadataOption = None) -> None:
+    """Ask the auditor to audit now (Java's triggeraudit): rewrites lostBookieRecoveryDelay unchanged."""
+    with open_layout(metadata) as layout:
+        delay = layout.lost_bookie_recovery_delay()
+        layout.set_lost_bookie_recovery_delay(0 if delay is None else delay)
+        auditor = layout.current_auditor()
+    if auditor is None:
+        message("bkctl: warning: no auditor is running: the audit runs when one is elected")
+    else:
+        message(f"audit triggered (auditor {auditor})")

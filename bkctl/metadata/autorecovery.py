@@ -15,6 +15,9 @@ UR_DISABLE = "disable"
 UR_LOST_BOOKIE_RECOVERY_DELAY = "lostBookieRecoveryDelay"
 CHECK_CTIME_NODES = ("checkallledgersctime", "placementpolicycheckctime", "replicascheckctime")
 VOTE_PREFIX = "V_"
+# bkctl's own: each autorecovery daemon's status (JSON, ephemeral). Java reads only the nodes above and
+# `ledgers`/`locks`, so an extra child of `underreplication` is invisible to it.
+UR_DAEMONS = "bkctl-daemons"
 
 
 def parse_vote_seq(name: str) -> int | None:
@@ -73,6 +76,28 @@ class AutorecoveryLayout(LayoutBase):
         """The winner's copy of its vote in the election node itself, as Java's elector writes it."""
         self.store.ensure_path(self.ur_path(UR_ELECTION))
         self.store.set(self.ur_path(UR_ELECTION), mf.encode_auditor_vote(bookie_id))
+
+    # --- daemon status (bkctl only) -----------------------------------------------------------------
+
+    def publish_daemon_status(self, daemon_id: str, data: bytes) -> None:
+        """Write this session's status node for the daemon (ephemeral: it goes with the daemon)."""
+        path = self.ur_path(UR_DAEMONS, daemon_id)
+        try:
+            self.store.set(path, data)
+            return
+        except NotFoundError:
+            pass
+        self.store.ensure_path(self.ur_path(UR_DAEMONS))
+        try:
+            self.store.create(path, data, ephemeral=True)
+        except NodeExistsError:  # a previous session's node, about to expire: overwrite it
+            self.store.set(path, data)
+
+    def daemon_statuses(self) -> dict[str, bytes]:
+        """Daemon id -> its last published status, for the daemons alive now."""
+        names = self._children_or_none(self.ur_path(UR_DAEMONS)) or []
+        found = {name: self._data_or_none(self.ur_path(UR_DAEMONS, name)) for name in names}
+        return {name: data for name, data in found.items() if data is not None}
 
     # --- flags --------------------------------------------------------------------------------------
 

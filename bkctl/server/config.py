@@ -166,6 +166,10 @@ def _int(key: str, value: str, low: int, high: int) -> int:
     return number
 
 
+# Public for the other daemons' keys in the same bk_server.conf (autorecovery): one way to read a number.
+int_key = _int
+
+
 def _float(key: str, value: str, low: float, high: float) -> float:
     try:
         number = float(value.strip())

@@ -180,6 +180,7 @@ def test_dump5_autorecovery(capsys: pytest.CaptureFixture[str], dump5: LoadedDum
         "lost_bookie_recovery_delay_s": 0,
         "underreplicated_count": 0,
         "being_replicated": [],
+        "daemons": [],
     }
     code, out, err = bkctl(capsys, dump5, "autorecovery", "whoisauditor", "-o", "plain")
     assert (code, out) == (0, "auditor\t127.0.0.1:33189\nauditor_running\tfalse\n")
@@ -202,6 +203,22 @@ def test_autorecovery_switches(capsys: pytest.CaptureFixture[str], dump5: Loaded
     assert (
         bkctl(capsys, dump5, "autorecovery", "lost-bookie-recovery-delay", "--set", "-1")[0] == ExitCode.USAGE
     )
+
+
+def test_trigger_audit_rewrites_the_delay(capsys: pytest.CaptureFixture[str], dump5: LoadedDump) -> None:
+    layout = Layout(dump5.store)
+    before = layout.store.get(layout.ur_path("lostBookieRecoveryDelay"))[1].version
+    code, _, err = bkctl(capsys, dump5, "autorecovery", "trigger-audit")
+    assert code == 0 and "no auditor is running" in err
+    value, stat = layout.store.get(layout.ur_path("lostBookieRecoveryDelay"))
+    assert (value, stat.version) == (b"0", before + 1)  # same value, new version: auditors audit now
+
+
+def test_status_lists_the_daemons(capsys: pytest.CaptureFixture[str], dump5: LoadedDump) -> None:
+    Layout(dump5.store).publish_daemon_status("w1", b'{"daemon": "w1", "copying": [7]}')
+    assert bkctl_json(capsys, dump5, "autorecovery", "status")["daemons"] == [
+        {"daemon": "w1", "copying": [7]}
+    ]
 
 
 def test_auditor_with_a_live_vote(capsys: pytest.CaptureFixture[str], dump5: LoadedDump) -> None:

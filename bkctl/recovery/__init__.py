@@ -1,0 +1,1 @@
+"""Repairing replication: checker, replicator, manual recovery and autorecovery (docs/architecture.md)."""

@@ -1,0 +1,47 @@
+"""The autorecovery daemon's keys in a bk_server.conf, with Java's names, units and defaults."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from bkctl.recovery.auditor import AuditorConfig
+from bkctl.recovery.worker import WorkerConfig
+from bkctl.server.config import int_key
+
+DAY_S = 86_400
+INT_MAX = 2**31 - 1
+
+
+def daemon_config(
+    properties: Mapping[str, str], *, parallel: int | None = None
+) -> tuple[AuditorConfig, WorkerConfig]:
+    """AuditorConfig and WorkerConfig from the keys present; absent keys keep Java's defaults."""
+    auditor, worker = AuditorConfig(), WorkerConfig()
+
+    def get(key: str, default: float, low: int, high: int) -> int:
+        value = properties.get(key)
+        return int(default) if value is None else int_key(key, value, low, high)
+
+    auditor = AuditorConfig(
+        lost_bookie_recovery_delay_s=get(
+            "lostBookieRecoveryDelay", auditor.lost_bookie_recovery_delay_s, 0, INT_MAX
+        ),
+        periodic_bookie_check_interval_s=get(
+            "auditorPeriodicBookieCheckInterval", auditor.periodic_bookie_check_interval_s, 0, 365 * DAY_S
+        ),
+    )
+    ms = 1000.0
+    worker = WorkerConfig(
+        parallel=worker.parallel if parallel is None else parallel,
+        poll_interval_s=worker.poll_interval_s,
+        open_ledger_grace_s=get(
+            "openLedgerRereplicationGracePeriod", worker.open_ledger_grace_s * ms, 0, 7 * DAY_S * 1000
+        )
+        / ms,
+        backoff_start_s=get("rwRereplicateBackoffMs", worker.backoff_start_s * ms, 1, DAY_S * 1000) / ms,
+        backoff_max_s=get(
+            "lockReleaseOfFailedLedgerGracePeriod", worker.backoff_max_s * ms, 1, 7 * DAY_S * 1000
+        )
+        / ms,
+    )
+    return auditor, worker

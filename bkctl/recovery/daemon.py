@@ -1,0 +1,129 @@
+"""One autorecovery daemon: an election vote, the auditor while elected, and a replication worker.
+
+BookKeeper's AutoRecoveryMain. It runs alone (`bkctl autorecovery start`), inside a bookie
+(`bkctl bookie start --autorecovery`) or in the sandbox. A lost metadata session never stops it: the
+election votes again, the auditor restarts if re-elected, and the worker's locks (ephemeral) are simply
+taken again on its next scan.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from twisted.internet import task, threads
+from twisted.internet.defer import inlineCallbacks
+
+from bkctl.metadata.layout import Layout
+from bkctl.recovery.auditor import Auditor, AuditorConfig
+from bkctl.recovery.election import AuditorElection
+from bkctl.recovery.worker import Repairer, ReplicationWorker, WorkerConfig
+
+log = logging.getLogger("bkctl.recovery.daemon")
+
+
+class AutorecoveryDaemon:
+    def __init__(
+        self,
+        layout: Layout,
+        reactor: Any,
+        daemon_id: str,
+        repairer: Repairer,
+        auditor_config: AuditorConfig | None = None,
+        worker_config: WorkerConfig | None = None,
+    ) -> None:
+        self._layout, self._reactor, self.daemon_id = layout, reactor, daemon_id
+        self._auditor_config = auditor_config or AuditorConfig()
+        self.auditor: Auditor | None = None
+        self.worker = ReplicationWorker(layout, reactor, repairer, daemon_id, worker_config or WorkerConfig())
+        self.election = AuditorElection(layout, daemon_id, reactor, self._elected, self._demoted)
+        self._publisher: task.LoopingCall | None = None
+        self._published: dict[str, Any] | None = None
+        self._rate_mark = (time.monotonic(), 0)  # (when, bytes copied then): for bytes_per_s
+        self.bytes_per_s = 0.0
+
+    @inlineCallbacks
+    def start(self) -> Any:
+        yield self.election.start()
+        self.worker.start()
+        self._publisher = task.LoopingCall(self._publish)
+        self._publisher.clock = self._reactor
+        self._publisher.start(STATUS_INTERVAL_S, now=True)
+        log.info("autorecovery daemon %s started", self.daemon_id)
+
+    @inlineCallbacks
+    def stop(self) -> Any:
+        if self._publisher is not None and self._publisher.running:
+            self._publisher.stop()
+        yield self.election.stop()  # withdraws the vote first: another daemon audits at once
+        yield self.worker.stop()
+        log.info("autorecovery daemon %s stopped", self.daemon_id)
+
+    def _elected(self) -> None:
+        self.auditor = Auditor(self._layout, self._reactor, self._auditor_config)
+        self.auditor.start().addErrback(self._auditor_failed)
+
+    def _demoted(self) -> None:
+        if self.auditor is not None:
+            self.auditor.stop()
+            self.auditor = None
+
+    def _auditor_failed(self, failure: Any) -> None:
+        log.warning("auditor did not start: %s; voting again", failure.getErrorMessage())
+        self._demoted()
+        self.election.revote()
+
+    def status(self) -> dict[str, Any]:
+        """What `autorecovery status` and `/metrics` show of this daemon."""
+        w = self.worker.stats
+        document: dict[str, Any] = {
+            "daemon": self.daemon_id,
+            "auditor": self.election.is_auditor,
+            "backlog": w.backlog,
+            "copying": sorted(w.copying),
+            "failing": {str(k): v for k, v in sorted(w.failing.items())},
+            "ledgers_replicated": w.ledgers_replicated,
+            "entries_copied": w.entries_copied,
+            "bytes_copied": w.bytes_copied,
+            "bytes_per_s": round(self.bytes_per_s),
+            "replication_failures": w.failures,
+            "marks_dropped": w.marks_dropped,
+        }
+        if self.auditor is not None:
+            a = self.auditor.stats
+            document.update(
+                audits=a.audits,
+                ledgers_marked=a.ledgers_marked,
+                audit_failures=a.failures,
+                last_audit_ms=a.last_audit_ms,
+                lost_bookies=a.lost_bookies,
+            )
+        return document
+
+    def _publish(self) -> None:
+        """Share status() through the store (for `autorecovery status`) when it changed."""
+        now, copied = time.monotonic(), self.worker.stats.bytes_copied
+        then, copied_then = self._rate_mark
+        if now - then >= RATE_WINDOW_S:
+            self.bytes_per_s, self._rate_mark = (copied - copied_then) / (now - then), (now, copied)
+        document = self.status()
+        if document == self._published:
+            return
+        data = json.dumps(document, sort_keys=True).encode()
+        d = threads.deferToThreadPool(
+            self._reactor,
+            self._reactor.getThreadPool(),
+            self._layout.publish_daemon_status,
+            self.daemon_id,
+            data,
+        )
+        d.addCallbacks(lambda _: setattr(self, "_published", document), self._publish_failed)
+
+    def _publish_failed(self, failure: Any) -> None:
+        log.debug("daemon status not published: %s", failure.getErrorMessage())
+
+
+STATUS_INTERVAL_S = 2.0
+RATE_WINDOW_S = 5.0

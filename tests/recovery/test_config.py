@@ -1,0 +1,37 @@
+"""The daemon's bk_server.conf keys: Java's names, units and defaults; bad values are usage errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from bkctl.errors import UsageError
+from bkctl.recovery.config import daemon_config
+
+
+def test_defaults_are_javas() -> None:
+    auditor, worker = daemon_config({})
+    assert auditor.lost_bookie_recovery_delay_s == 0
+    assert auditor.periodic_bookie_check_interval_s == 86_400
+    assert (worker.open_ledger_grace_s, worker.backoff_start_s, worker.backoff_max_s) == (30.0, 5.0, 300.0)
+
+
+def test_keys_in_javas_units() -> None:
+    auditor, worker = daemon_config(
+        {
+            "lostBookieRecoveryDelay": "60",
+            "auditorPeriodicBookieCheckInterval": "0",
+            "openLedgerRereplicationGracePeriod": "3000",
+            "rwRereplicateBackoffMs": "250",
+            "lockReleaseOfFailedLedgerGracePeriod": "60000",
+        },
+        parallel=8,
+    )
+    assert (auditor.lost_bookie_recovery_delay_s, auditor.periodic_bookie_check_interval_s) == (60, 0)
+    assert (worker.open_ledger_grace_s, worker.backoff_start_s, worker.backoff_max_s) == (3.0, 0.25, 60.0)
+    assert worker.parallel == 8
+
+
+@pytest.mark.parametrize("key,value", [("lostBookieRecoveryDelay", "-1"), ("rwRereplicateBackoffMs", "soon")])
+def test_bad_values_are_usage_errors(key: str, value: str) -> None:
+    with pytest.raises(UsageError, match=key):
+        daemon_config({key: value})

@@ -1,0 +1,181 @@
+"""The daemon's auditor and worker on both backends: marks appear for lost bookies, workers take them.
+
+The repairs here are a plain `Repairer` that records its calls (the real checker and replicator are
+tested against real bookies in test_autorecovery.py); these tests are about marks, locks and timing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from twisted.internet import defer, reactor
+
+from bkctl.metadata.layout import Layout
+from bkctl.recovery.auditor import AuditorConfig
+from bkctl.recovery.daemon import AutorecoveryDaemon
+from bkctl.recovery.worker import RepairOutcome, WorkerConfig
+from tests.client.cluster import bounded, sleep
+from tests.conftest import StoreTarget
+from tests.recovery.test_audit import A, B, C, D, _ledger
+from tests.server_net.live import in_thread, twisted_test
+
+WAIT_S = 15.0
+FAST = WorkerConfig(
+    parallel=2, poll_interval_s=0.1, open_ledger_grace_s=0.3, backoff_start_s=0.4, backoff_max_s=1
+)
+
+
+async def until(predicate: Callable[[], Any], timeout_s: float = WAIT_S) -> None:
+    for _ in range(int(timeout_s / 0.05)):
+        if await in_thread(predicate):
+            return
+        await sleep(0.05)
+    raise AssertionError("condition not reached in time")
+
+
+class Recorder:
+    """Answers each repair from a script: ledger -> list of outcomes (the last one repeats)."""
+
+    def __init__(self, script: dict[int, list[RepairOutcome]] | None = None) -> None:
+        self.script = script or {}
+        self.repairs: list[int] = []
+        self.fenced: list[int] = []
+
+    def repair(self, ledger_id: int, missing: tuple[str, ...]) -> defer.Deferred[RepairOutcome]:
+        self.repairs.append(ledger_id)
+        outcomes = self.script.get(ledger_id, [RepairOutcome(replicated=True, entries_copied=10)])
+        outcome = outcomes.pop(0) if len(outcomes) > 1 else outcomes[0]
+        return defer.succeed(outcome)
+
+    def fence(self, ledger_id: int) -> defer.Deferred[None]:
+        self.fenced.append(ledger_id)
+        self.script[ledger_id] = [RepairOutcome(replicated=True)]
+        return defer.succeed(None)
+
+
+def cluster(target: StoreTarget) -> Layout:
+    layout = Layout(target.open())
+    layout.init_cluster()
+    for bookie in (A, B, C, D):
+        layout.store.create(layout.cookie_path(bookie), b"cookie", make_parents=True)
+        layout.register_bookie(bookie)
+    return layout
+
+
+@twisted_test
+async def test_lost_bookie_is_marked_and_repaired(store_target: StoreTarget) -> None:
+    layout = await in_thread(cluster, store_target)
+    on_c = await in_thread(_ledger, layout, (A, B, C))
+    clean = await in_thread(_ledger, layout, (A, B, D))
+    repairer = Recorder()
+    daemon = AutorecoveryDaemon(
+        Layout(store_target.open()), reactor, "daemon-1", repairer, worker_config=FAST
+    )
+    await bounded(daemon.start())
+    try:
+        await until(lambda: daemon.auditor is not None and daemon.auditor.ready)
+        await in_thread(layout.unregister_bookie, C)
+        await until(lambda: repairer.repairs == [on_c])
+        await until(lambda: daemon.worker.stats.ledgers_replicated == 1)
+        assert await in_thread(lambda: list(layout.underreplicated_ids())) == []
+        assert clean not in repairer.repairs
+        status = daemon.status()
+        assert status["auditor"] and status["ledgers_replicated"] == 1 and status["entries_copied"] == 10
+        assert status["lost_bookies"] == [C]
+    finally:
+        await bounded(daemon.stop())
+
+
+@twisted_test
+async def test_disabled_autorecovery_defers_marking_and_repair(store_target: StoreTarget) -> None:
+    layout = await in_thread(cluster, store_target)
+    on_c = await in_thread(_ledger, layout, (A, B, C))
+    await in_thread(layout.set_autorecovery_enabled, False)
+    repairer = Recorder()
+    daemon = AutorecoveryDaemon(Layout(store_target.open()), reactor, "d", repairer, worker_config=FAST)
+    await bounded(daemon.start())
+    try:
+        await until(lambda: daemon.auditor is not None and daemon.auditor.ready)
+        await in_thread(layout.unregister_bookie, C)
+        await sleep(0.5)
+        assert await in_thread(lambda: list(layout.underreplicated_ids())) == []
+        await in_thread(layout.set_autorecovery_enabled, True)
+        await until(lambda: repairer.repairs == [on_c])
+    finally:
+        await bounded(daemon.stop())
+
+
+@twisted_test
+async def test_delayed_audit_and_bookie_back_in_time(store_target: StoreTarget) -> None:
+    layout = await in_thread(cluster, store_target)
+    await in_thread(_ledger, layout, (A, B, C))
+    config = AuditorConfig(lost_bookie_recovery_delay_s=2)
+    daemon = AutorecoveryDaemon(
+        Layout(store_target.open()), reactor, "d", Recorder(), auditor_config=config, worker_config=FAST
+    )
+    await bounded(daemon.start())
+    try:
+        await until(lambda: daemon.auditor is not None and daemon.auditor.ready)
+        assert await in_thread(layout.lost_bookie_recovery_delay) == 2  # written from the config
+        await in_thread(layout.unregister_bookie, C)
+        await until(lambda: daemon.auditor is not None and daemon.auditor.scheduler.pending)
+        await in_thread(layout.register_bookie, C)
+        await sleep(3)
+        assert await in_thread(lambda: list(layout.underreplicated_ids())) == []
+        assert daemon.auditor is not None and daemon.auditor.stats.audits == 0
+    finally:
+        await bounded(daemon.stop())
+
+
+@twisted_test
+async def test_worker_backs_off_holding_the_lock_and_drops_deleted_ledgers(store_target: StoreTarget) -> None:
+    layout = await in_thread(cluster, store_target)
+    stuck, gone, open_tail = 101, 102, 103
+    repairer = Recorder(
+        {
+            stuck: [RepairOutcome(replicated=False, unrecoverable=True, detail="entries 0-9 have no copy")],
+            gone: [RepairOutcome(replicated=False, deleted=True)],
+            open_tail: [RepairOutcome(replicated=False, open_tail_missing=True)],
+        }
+    )
+    for ledger_id in (stuck, gone, open_tail):
+        await in_thread(layout.mark_underreplicated, ledger_id, [C])
+    worker_layout = Layout(store_target.open())
+    daemon = AutorecoveryDaemon(worker_layout, reactor, "w1", repairer, worker_config=FAST)
+    await bounded(daemon.start())
+    try:
+        await until(lambda: list(layout.underreplicated_ids()) == [stuck])
+        assert repairer.fenced == [open_tail]  # fenced after the grace period, then repaired
+        assert daemon.worker.stats.marks_dropped == 1
+        await until(lambda: layout.lock_holder(stuck) == "w1")
+        assert daemon.status()["failing"] == {str(stuck): "entries 0-9 have no copy"}
+        # Retried with a growing backoff, never in a hot loop: a handful of tries in 2.5 s.
+        await sleep(2.5)
+        assert 2 <= repairer.repairs.count(stuck) <= 5
+    finally:
+        await bounded(daemon.stop())
+    assert await in_thread(layout.lock_holder, stuck) is None  # stop released the lock it held
+
+
+@twisted_test
+async def test_daemon_rides_through_a_session_expiry(store_target: StoreTarget) -> None:
+    layout = await in_thread(cluster, store_target)
+    on_d = await in_thread(_ledger, layout, (A, B, D))
+    repairer = Recorder()
+    daemon_layout = Layout(store_target.open())
+    daemon = AutorecoveryDaemon(daemon_layout, reactor, "d", repairer, worker_config=FAST)
+    await bounded(daemon.start())
+    try:
+        await until(lambda: daemon.auditor is not None and daemon.auditor.ready)
+        first = daemon.auditor
+        store_target.expire(daemon_layout.store)
+        # Voted again, elected again (it is alone), a new auditor that audits what happens next.
+        await until(
+            lambda: daemon.auditor is not None and daemon.auditor is not first and daemon.auditor.ready
+        )
+        await in_thread(layout.unregister_bookie, D)
+        await until(lambda: repairer.repairs == [on_d])
+        await until(lambda: daemon.worker.stats.ledgers_replicated == 1)
+    finally:
+        await bounded(daemon.stop())
