@@ -33,6 +33,7 @@ COMMAND_MODULES = (
     "bkctl.commands.cluster",
     "bkctl.commands.ledger",
     "bkctl.commands.ledger_data",
+    "bkctl.commands.ledger_write",
     "bkctl.commands.smoke",
     "bkctl.commands.sandbox",
     "bkctl.commands.bench",

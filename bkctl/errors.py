@@ -148,6 +148,12 @@ def exit_code_table() -> list[tuple[int, str, str]]:
     return [(int(code), code.name, meanings[code]) for code in ExitCode]
 
 
+class Interrupted(BkctlError):
+    """Ctrl-C stopped a command that first finished what it had started (and said how far it got)."""
+
+    exit_code = ExitCode.INTERRUPTED
+
+
 class DirectoryLockedError(BkctlError):
     """A bookie directory is in use by another process (its lock file is held)."""
 

@@ -13,8 +13,12 @@ from typing import Final
 FRAME_SIZE_MAX: Final = 5 * 1024 * 1024
 # Buffers per pwritev/sendmsg call (the kernel's IOV_MAX; 1024 on Linux).
 IOV_MAX: Final = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
-# An entry must fit in a frame together with the add request header and master key.
+# A payload must fit in a frame together with the add request header, master key, entry header and
+# digest; the 1024 bytes spare cover them all (and v3's larger headers).
 ENTRY_SIZE_MAX: Final = FRAME_SIZE_MAX - 1024
+# What a bookie accepts: a packaged entry (header + digest + payload) of any payload up to
+# ENTRY_SIZE_MAX, whatever its digest, and what fits in a read response frame.
+PACKAGED_ENTRY_SIZE_MAX: Final = FRAME_SIZE_MAX - 512
 MASTER_KEY_SIZE: Final = 20
 MASTER_KEY_SIZE_MAX: Final = 1024
 # Explicit LAC bodies are 16 bytes + a digest (20 bytes at most for HMAC-SHA1).

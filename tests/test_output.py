@@ -6,6 +6,8 @@ import io
 import json
 from collections.abc import Iterator
 
+import pytest
+
 from bkctl.commands import output
 from bkctl.commands.output import Column, OutputFormat
 
@@ -63,3 +65,18 @@ def test_default_format_follows_the_terminal() -> None:
     assert output.resolve(None, Tty()) is OutputFormat.table
     assert output.resolve(None, io.StringIO()) is OutputFormat.plain
     assert output.resolve(OutputFormat.json, Tty()) is OutputFormat.json
+
+
+def test_json_stays_valid_when_a_stream_fails_midway() -> None:
+    """Issue 19 item 2: a read that failed midway left a bare `[` on stdout (invalid JSON)."""
+    from bkctl.errors import NotFoundError
+
+    def rows() -> Iterator[dict[str, int]]:
+        yield {"entry_id": 0}
+        yield {"entry_id": 1}
+        raise NotFoundError("entry 2: no bookie has it")
+
+    out = io.StringIO()
+    with pytest.raises(NotFoundError):
+        output.write_json({"ledger_id": 3, "entries": rows()}, out)
+    assert json.loads(out.getvalue()) == {"ledger_id": 3, "entries": [{"entry_id": 0}, {"entry_id": 1}]}

@@ -54,6 +54,7 @@ T = TypeVar("T")
 _EOK = int(wire.ReturnCode.EOK)
 _EFENCED = int(wire.ReturnCode.EFENCED)
 _EUA = int(wire.ReturnCode.EUA)
+_REQUEST_REFUSED = frozenset({int(wire.ReturnCode.EBADREQ), int(wire.ReturnCode.EBADVERSION)})
 ADD_FLAGS = wire.FLAG_NONE
 RECOVERY_ADD_FLAGS = wire.FLAG_RECOVERY_ADD | wire.FLAG_HIGH_PRIORITY
 
@@ -309,6 +310,10 @@ class LedgerHandle:
             self._fail(FencedError(f"{what}: ledger fenced (another client recovered it)"))
         elif rc == _EUA:
             self._fail(UnauthorizedError(f"{what}: wrong password"))
+        elif rc in _REQUEST_REFUSED:
+            # The request itself is wrong (e.g. an entry larger than the bookie takes): another bookie
+            # would refuse it too, so this is no reason to replace one.
+            self._fail(wire.error_for_rc(rc, f"{what} refused as a bad request"))
         else:
             log.info("%s failed (%s): replacing the bookie", what, error_for(rc, what))
             self._bookie_failed(index, bookie)
@@ -391,9 +396,14 @@ class LedgerHandle:
             failed = dict(self._failed)
             excluded.update(failed.values())
             available = await self.client.in_thread(self.client.layout.bookies)
-            new = placement.replace_bookies(
-                self._ensemble, list(failed), available, excluded, self.client.rng
-            )
+            try:
+                new = placement.replace_bookies(
+                    self._ensemble, list(failed), available, excluded, self.client.rng
+                )
+            except UnavailableError as exc:
+                raise UnavailableError(
+                    f"bookie {', '.join(sorted(failed.values()))} failed and cannot be replaced ({exc})"
+                ) from None
             await self._write_segment(new)
             log.info(
                 "ledger %d: ensemble %s -> %s at entry %d",

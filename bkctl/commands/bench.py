@@ -247,7 +247,7 @@ async def _ledger_to_read(
 ) -> LedgerHandle:
     if ledger_id is not None:
         return await client.open_ledger(ledger_id, password.encode(), recovery=False)
-    from bkctl.commands.ledger_data import write_entries
+    from bkctl.commands.ledger_write import write_entries
 
     lh = await client.create_ledger(3, 2, 2, password=password.encode())
     message(f"bench: writing {entries} entries of {entry_size} bytes to ledger {lh.ledger_id}")

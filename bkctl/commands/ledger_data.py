@@ -9,17 +9,14 @@ from __future__ import annotations
 
 import base64
 import sys
-from collections import deque
 from collections.abc import Iterator
-from pathlib import Path
-from typing import IO, TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from bkctl import limits
 from bkctl.commands.ledger import app
 from bkctl.commands.ledger_options import (
-    TEMPLATE_DEFAULT,
     AckQuorumOption,
     DigestName,
     DigestOption,
@@ -27,9 +24,7 @@ from bkctl.commands.ledger_options import (
     PasswordOption,
     TimeoutOption,
     WriteQuorumOption,
-    check_template,
     password_bytes,
-    payload,
 )
 from bkctl.commands.options import MetadataOption
 from bkctl.commands.output import (
@@ -43,7 +38,7 @@ from bkctl.commands.output import (
     write_rows,
 )
 from bkctl.commands.running import run_client
-from bkctl.errors import BkctlError, LedgerClosedError, ProblemsFound, UsageError
+from bkctl.errors import LedgerClosedError, ProblemsFound, UsageError
 
 if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
@@ -89,130 +84,6 @@ def ledger_create(
     write_mapping(document, fmt)
 
 
-# --- write --------------------------------------------------------------------------------------------
-
-
-@app.command("write")
-def ledger_write(
-    entries: Annotated[int | None, typer.Option("--entries", "-n", min=0, help="Number of entries.")] = None,
-    size: Annotated[
-        int | None,
-        typer.Option(
-            "--size", "-s", min=0, max=limits.ENTRY_SIZE_MAX, help="Bytes per entry (template + A-Z)."
-        ),
-    ] = None,
-    template: Annotated[
-        str | None, typer.Option("--template", help=f"Entry text; default {TEMPLATE_DEFAULT!r}.")
-    ] = None,
-    from_file: Annotated[
-        str | None, typer.Option("--from-file", "-f", help="One entry per line of this file ('-': stdin).")
-    ] = None,
-    no_close: Annotated[
-        bool, typer.Option("--no-close", help="Leave the ledger open, as a crashed writer would.")
-    ] = False,
-    ensemble_size: EnsembleOption = 3,
-    write_quorum: WriteQuorumOption = 2,
-    ack_quorum: AckQuorumOption = 2,
-    digest: DigestOption = DigestName.crc32c,
-    password: PasswordOption = "",
-    timeout_ms: TimeoutOption = None,
-    metadata: MetadataOption = None,
-    output: OutputOption = None,
-) -> None:
-    """Create a ledger and write entries to it: --entries N [--size S | --template T], or --from-file.
-
-    Closes it at the end unless --no-close. On a failure the error says which entries were acknowledged
-    (those are durable on Qa bookies); the ledger stays open: `ledger fence` closes it.
-    """
-    fmt = resolve(output)
-    source = _entry_source(entries, size, template, from_file)
-
-    async def work(client: Client) -> dict[str, Any]:
-        lh = await client.create_ledger(
-            ensemble_size,
-            write_quorum,
-            ack_quorum,
-            digest=digest.to_type(),
-            password=password_bytes(password),
-        )
-        message(f"ledger {lh.ledger_id} created on {','.join(lh.ensemble)}")
-        written = await write_entries(lh, source(lh.ledger_id))
-        if not no_close:
-            await lh.close()
-        return {"ledger_id": lh.ledger_id, "entries_written": written, "last_entry_id": lh.last_add_confirmed}
-
-    write_mapping(run_client(metadata, work, request_timeout_ms=timeout_ms), fmt)
-
-
-def _entry_source(entries: int | None, size: int | None, template: str | None, from_file: str | None) -> Any:
-    """A function ledger id -> iterator of payloads, after checking the options fit together."""
-    if (entries is None) == (from_file is None):
-        raise UsageError("give exactly one of --entries N and --from-file F")
-    if from_file is not None:
-        if size is not None or template is not None:
-            raise UsageError("--size and --template go with --entries, not --from-file")
-        return lambda _: _lines(from_file)
-    if size is not None and template is not None:
-        raise UsageError("give at most one of --size and --template")
-    text = check_template(template or TEMPLATE_DEFAULT)
-    count = entries or 0
-    return lambda ledger_id: (payload(ledger_id, i, text, size) for i in range(count))
-
-
-def _lines(name: str) -> Iterator[bytes]:
-    """Each line of the file (or stdin) without its line end, checked against the entry size limit."""
-    stream: IO[bytes] = sys.stdin.buffer if name == "-" else _open(name)
-    try:
-        for number in range(1, sys.maxsize):
-            line = stream.readline(limits.ENTRY_SIZE_MAX + 2)
-            if not line:
-                return
-            entry = line.removesuffix(b"\n").removesuffix(b"\r")
-            if len(entry) > limits.ENTRY_SIZE_MAX:
-                raise UsageError(
-                    f"{name}: line {number} is over the {limits.ENTRY_SIZE_MAX}-byte entry limit"
-                )
-            yield entry
-    finally:
-        if stream is not sys.stdin.buffer:
-            stream.close()
-
-
-def _open(name: str) -> IO[bytes]:
-    try:
-        return Path(name).open("rb")
-    except OSError as exc:
-        from bkctl.errors import NotFoundError
-
-        raise NotFoundError(f"{name}: {exc.strerror}") from None
-
-
-async def write_entries(lh: LedgerHandle, payloads: Iterator[bytes]) -> int:
-    """Add every payload, a few chunks in flight; the count written. On failure the error names the
-    acknowledged range (same error class, so the exit code stays)."""
-
-    in_flight: deque[Deferred[list[int]]] = deque()
-    written = 0
-    try:
-        while True:
-            chunk = [p for _, p in zip(range(limits.CLI_WRITE_CHUNK_ENTRIES), payloads, strict=False)]
-            if not chunk:
-                break
-            in_flight.append(lh.add_many(chunk))
-            written += len(chunk)
-            while len(in_flight) >= limits.CLI_WRITE_CHUNKS_IN_FLIGHT:
-                await in_flight.popleft()
-        while in_flight:
-            await in_flight.popleft()
-    except BkctlError as exc:
-        for pending in in_flight:
-            pending.addErrback(lambda _: None)
-        done = lh.last_add_confirmed
-        acked = "no entry acknowledged" if done < 0 else f"entries 0..{done} acknowledged"
-        raise type(exc)(f"ledger {lh.ledger_id}: {acked}, then: {exc}") from exc
-    return written
-
-
 # --- read ---------------------------------------------------------------------------------------------
 
 READ_COLUMNS = (
@@ -254,6 +125,8 @@ def ledger_read(
     """
     if bookie is not None and recovery:
         raise UsageError("--bookie reads one bookie's copies and never recovers: drop --recovery")
+    if last is not None and first > last:
+        raise UsageError(f"--first {first} is after --last {last}: nothing to read")
     fmt = resolve(output)
     key = "payload" if as_text else "payload_base64"
 
@@ -276,19 +149,38 @@ def ledger_read(
         lh = await client.open_ledger(ledger_id, password_bytes(password), recovery=recovery)
         if bookie is not None:
             return await _read_from_bookie(lh, bookie, first, last, emit)
-        end = lh.last_add_confirmed if last is None else last
-        if end < first:
-            message(
-                f"ledger {ledger_id}: nothing to read (last add confirmed {lh.last_add_confirmed}; "
-                "entries past it are unconfirmed until the writer adds more or closes: "
-                "`ledger fence` or --recovery recovers them)"
-            )
+        end = _read_end(lh, first, last)
         await _in_thread(emit, _stream(lh, first, end))
         return 0
 
     failed = run_client(metadata, work, request_timeout_ms=timeout_ms)
     if failed:
         raise ProblemsFound(f"{failed} entries could not be read from bookie {bookie}")
+
+
+def _read_end(lh: LedgerHandle, first: int, last: int | None) -> int:
+    """The last entry to read: --last clamped to what exists (a closed ledger's last entry, an open
+    one's last add confirmed); a range wholly past a closed ledger's end is NotFound."""
+    from bkctl.errors import NotFoundError
+
+    lac = lh.last_add_confirmed
+    if lh.is_closed:
+        if first > lac:
+            ends = "is empty" if lac < 0 else f"ends at entry {lac}"
+            raise NotFoundError(f"ledger {lh.ledger_id} is closed and {ends}: no entry {first} to read")
+        return lac if last is None else min(last, lac)
+    if first > lac:
+        message(
+            f"ledger {lh.ledger_id}: nothing to read from entry {first} (open, last add confirmed {lac}; "
+            "entries past it are unconfirmed until the writer adds more or closes: "
+            "`ledger fence` or --recovery recovers them)"
+        )
+    elif last is not None and last > lac:
+        message(
+            f"ledger {lh.ledger_id}: open, reading up to its last add confirmed {lac} "
+            f"(not {last}: later entries are unconfirmed)"
+        )
+    return lac if last is None else min(last, lac)
 
 
 def _stream(lh: LedgerHandle, first: int, last: int) -> Iterator[LedgerEntry]:

@@ -9,6 +9,7 @@ known once the records before it were consumed).
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import json
 import sys
@@ -96,11 +97,25 @@ def _json_default(value: Any) -> Any:
 
 @_pipe_safe
 def write_json(document: Any, out: TextIO | None = None) -> None:
-    """Write `document` as one JSON value followed by a newline, streaming iterators and callables."""
+    """Write `document` as one JSON value followed by a newline, streaming iterators and callables.
+
+    If producing a value fails midway (a read error, a corrupt file), every array and object opened so
+    far is closed before the error goes on: stdout stays valid JSON holding what was produced, and the
+    exit code and the stderr line say it is incomplete.
+    """
     out = out or sys.stdout
-    _write_value(document, out)
-    out.write("\n")
-    out.flush()
+    try:
+        _write_value(document, out)
+    finally:
+        _write_quietly(out, "\n")
+        with contextlib.suppress(OSError, ValueError, OutputClosed):
+            out.flush()
+
+
+def _write_quietly(out: TextIO, text: str) -> None:
+    """Closing brackets after a failure: a closed stdout must not hide the failure that got us here."""
+    with contextlib.suppress(OSError, ValueError, OutputClosed):
+        out.write(text)
 
 
 def _write_value(value: Any, out: TextIO) -> None:
@@ -108,18 +123,22 @@ def _write_value(value: Any, out: TextIO) -> None:
         value = value()
     if isinstance(value, Mapping):
         out.write("{")
-        for i, (key, item) in enumerate(value.items()):
-            out.write(", " if i else "")
-            out.write(json.dumps(str(key)) + ": ")
-            _write_value(item, out)
-        out.write("}")
+        try:
+            for i, (key, item) in enumerate(value.items()):
+                out.write(", " if i else "")
+                out.write(json.dumps(str(key)) + ": ")
+                _write_value(item, out)
+        finally:
+            _write_quietly(out, "}")
     elif isinstance(value, (Iterator, list, tuple)):
         out.write("[")
-        for i, item in enumerate(value):
-            # One record per line keeps long streams greppable; short scalar lists stay on one line.
-            out.write(("," + ("\n" if isinstance(item, Mapping) else " ")) if i else "")
-            _write_value(item, out)
-        out.write("]")
+        try:
+            for i, item in enumerate(value):
+                # One record per line keeps long streams greppable; short scalar lists stay on one line.
+                out.write(("," + ("\n" if isinstance(item, Mapping) else " ")) if i else "")
+                _write_value(item, out)
+        finally:
+            _write_quietly(out, "]")
     else:
         out.write(json.dumps(value, default=_json_default, separators=(", ", ": ")))
 

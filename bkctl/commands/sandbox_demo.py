@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from bkctl.commands.ledger import SEGMENT_COLUMNS, ledger_document
-from bkctl.commands.ledger_data import write_entries
 from bkctl.commands.ledger_options import TEMPLATE_DEFAULT, payload
+from bkctl.commands.ledger_write import write_entries
 from bkctl.commands.output import OutputFormat, message, write_json, write_mapping, write_rows, write_title
 from bkctl.errors import CorruptDataError
 

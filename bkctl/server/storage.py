@@ -54,7 +54,7 @@ _ENOLEDGER: Final = int(ReturnCode.ENOLEDGER)
 _ENOENTRY: Final = int(ReturnCode.ENOENTRY)
 _LAST_ENTRY_ID: Final = -1
 _ENTRY_SIZE_MIN: Final = _KEY.size  # a stored entry starts with its ledger and entry ids
-_ENTRY_SIZE_MAX: Final = limits.ENTRY_SIZE_MAX
+_ENTRY_SIZE_MAX: Final = limits.PACKAGED_ENTRY_SIZE_MAX
 _MASTER_KEY_SIZE_MAX: Final = limits.MASTER_KEY_SIZE_MAX
 # Replay indexes what it wrote once it holds this many entries' slots (checked after each run of records,
 # so it may pass it by one read chunk's worth), bounding the slot maps it keeps.

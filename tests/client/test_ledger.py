@@ -6,17 +6,20 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from twisted.internet.protocol import Factory, Protocol
 
 from bkctl.client.bookie_client import BookieClient
 from bkctl.errors import (
     CorruptDataError,
     LedgerClosedError,
     NotFoundError,
+    ProtocolError,
     UnauthorizedError,
     UnavailableError,
     UsageError,
 )
 from bkctl.model import DigestType, LedgerState
+from bkctl.protocol import wire
 from bkctl.protocol.entry import master_key, package_entry
 from tests.client.cluster import Cluster, bounded
 from tests.conftest import StoreTarget
@@ -186,4 +189,40 @@ async def test_acknowledged_adds_leave_no_garbage_cycles(tmp_path: Path) -> None
             gc.enable()
         await bounded(lh.close())
     finally:
+        await cluster.stop()
+
+
+class _Refusing(Protocol):
+    """A bookie peer that answers every request with EBADREQ (a request it cannot take)."""
+
+    def connectionMade(self) -> None:
+        self.decoder = wire.FrameDecoder()
+
+    def dataReceived(self, data: bytes) -> None:
+        self.decoder.feed(data)
+        for payload in self.decoder.frames():
+            request = wire.decode_request(payload)
+            self.transport.write(wire.frame(wire.encode_error_response(request, wire.ReturnCode.EBADREQ)))
+
+
+@twisted_test
+async def test_a_bad_request_reply_fails_the_add_and_replaces_no_bookie(tmp_path: Path) -> None:
+    """Issue 19: EBADREQ was taken for a dead bookie (ensemble change, then "not enough bookies")."""
+    from twisted.internet import reactor
+
+    cluster = await Cluster(tmp_path).start(3)
+    port = reactor.listenTCP(0, Factory.forProtocol(_Refusing), interface="127.0.0.1")
+    refusing = f"127.0.0.1:{port.getHost().port}"
+    try:
+        await in_thread(cluster.layout.register_bookie, refusing)  # type: ignore[union-attr]
+        lh = await bounded(cluster.client().create_ledger(4, 4, 4, password=PW))
+        with pytest.raises(
+            ProtocolError, match=f"add of ledger {lh.ledger_id} entry 0 to {refusing} refused"
+        ):
+            await bounded(lh.add(b"x"))
+        md = (await in_thread(cluster.layout.read_ledger, lh.ledger_id)).value  # type: ignore[union-attr]
+        assert len(md.segments) == 1 and refusing in md.segments[0].ensemble  # no ensemble change
+    finally:
+        await in_thread(cluster.layout.unregister_bookie, refusing)  # type: ignore[union-attr]
+        await bounded(port.stopListening())
         await cluster.stop()

@@ -52,7 +52,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 def test_write_then_read_round_trip_in_every_format(cluster: Cluster) -> None:
     written = cluster.json("ledger", "write", "--entries", "300", "--size", "1024")
     assert isinstance(written, dict)
-    assert set(written) == {"ledger_id", "entries_written", "last_entry_id"}
+    assert set(written) == {"ledger_id", "entries_written", "last_entry_id", "closed"}
+    assert written["closed"] is True
     assert (written["entries_written"], written["last_entry_id"]) == (300, 299)
     ledger = written["ledger_id"]
     entries = cluster.json("ledger", "read", str(ledger))
@@ -157,10 +158,10 @@ def test_errors_have_their_exit_codes(cluster: Cluster) -> None:
     assert code == 6 and "bookies" in err
     code, _, err = cluster.run("ledger", "write", "--entries", "1", "-E", "2", "-Qw", "3", "-Qa", "2")
     assert code == 2
-    code, _, err = cluster.run(
-        "ledger", "read", str(written["ledger_id"]), "--last", "5", "--password", "right"
+    code, out, err = cluster.run(
+        "ledger", "read", str(written["ledger_id"]), "--last", "5", "--password", "right", "-o", "plain"
     )
-    assert code == 4 and "last add confirmed" in err
+    assert code == 0 and [line.split("\t")[0] for line in out.splitlines()] == ["0", "1"]  # clamped
 
 
 def test_unanswering_bookie_times_out_instead_of_hanging(cluster: Cluster) -> None:
@@ -182,6 +183,120 @@ def test_unanswering_bookie_times_out_instead_of_hanging(cluster: Cluster) -> No
             listener.close()
     assert code == 6, err
     assert "acknowledged" in err and "Traceback" not in err
+    assert f"bookie {silent} failed" in err  # the dead bookie is named
+
+
+def test_failed_write_prints_how_far_it_got(cluster: Cluster) -> None:
+    """Issue 19 items 3 and 6: a write that fails still prints its document, with the error."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    silent = f"127.0.0.1:{listener.getsockname()[1]}"
+    with SqliteStore(cluster.uri.removeprefix("sqlite://")) as store:
+        Layout(store).register_bookie(silent)
+        try:
+            code, out, err = cluster.run(
+                "ledger", "write", "--entries", "20", "-E", "4", "-Qw", "4", "-Qa", "4",
+                "--timeout-ms", "500", "-o", "json",
+            )  # fmt: skip
+        finally:
+            Layout(store).unregister_bookie(silent)
+            listener.close()
+    assert code == 6, err
+    document = json.loads(out)
+    assert document["entries_written"] == 0 and document["last_entry_id"] == -1
+    assert document["deleted"] is True and silent in document["error"]  # nothing acknowledged: no orphan
+    assert cluster.run("ledger", "inspect", str(document["ledger_id"]))[0] == 4
+
+
+def test_read_past_the_end_of_a_closed_ledger(cluster: Cluster) -> None:
+    """Issue 19 item 2, as the trial saw it on a ledger closed at entry 999."""
+    ledger = str(cluster.json("ledger", "write", "--entries", "1000", "--size", "10")["ledger_id"])  # type: ignore[index]
+    got = cluster.json("ledger", "read", ledger, "--first", "998", "--last", "5000")
+    assert [e["entry_id"] for e in got] == [998, 999]  # type: ignore[union-attr, index]
+    got = cluster.json("ledger", "read", ledger, "--first", "1", "--last", "5000")
+    assert [e["entry_id"] for e in got] == list(range(1, 1000))  # type: ignore[union-attr, index]
+    code, out, err = cluster.run("ledger", "read", ledger, "--first", "5000", "-o", "json")
+    assert code == 4 and out == "" and "closed and ends at entry 999: no entry 5000" in err
+    assert "until the writer" not in err
+    code, out, err = cluster.run("ledger", "read", ledger, "--first", "5", "--last", "2", "-o", "json")
+    assert code == 2 and out == "" and "--first 5 is after --last 2" in err
+
+
+def test_the_largest_entry_the_cli_accepts_is_written_and_read(cluster: Cluster) -> None:
+    """Issue 19 item 3: every size the CLI accepts works (sizes from 5,241,824 used to fail)."""
+    from bkctl import limits
+
+    written = cluster.json("ledger", "write", "--entries", "2", "--size", str(limits.ENTRY_SIZE_MAX))
+    assert written["entries_written"] == 2  # type: ignore[index]
+    code, out, _ = cluster.run("ledger", "read", str(written["ledger_id"]), "-o", "plain")  # type: ignore[index]
+    assert (
+        code == 0 and [line.split("\t")[1] for line in out.splitlines()] == [str(limits.ENTRY_SIZE_MAX)] * 2
+    )
+    code, _, _ = cluster.run("ledger", "write", "--entries", "1", "--size", str(limits.ENTRY_SIZE_MAX + 1))
+    assert code == 2
+
+
+def test_bad_input_leaves_no_open_ledger(cluster: Cluster, tmp_path: Path) -> None:
+    """Issue 19 item 4: input is checked before the ledger exists; a bad line later closes it there."""
+    from bkctl import limits
+
+    before = cluster.json("ledger", "list")
+    code, out, err = cluster.run("ledger", "write", "--from-file", str(tmp_path / "nonexistent"))
+    assert code == 4 and out == "" and "no such file" in err
+    assert cluster.json("ledger", "list") == before
+    too_long = b"x" * (limits.ENTRY_SIZE_MAX + 1)
+    first_bad = tmp_path / "first.txt"
+    first_bad.write_bytes(too_long + b"\nok\n")
+    code, out, err = cluster.run("ledger", "write", "--from-file", str(first_bad), "-o", "json")
+    assert code == 2 and "line 1 is over" in err
+    assert json.loads(out)["deleted"] is True
+    assert cluster.json("ledger", "list") == before
+    later_bad = tmp_path / "later.txt"
+    later_bad.write_bytes(b"a\nb\nc\n" + too_long + b"\nd\n")
+    code, out, err = cluster.run("ledger", "write", "--from-file", str(later_bad), "-o", "json")
+    document = json.loads(out)
+    assert code == 2 and "line 4 is over" in document["error"]
+    assert (document["entries_written"], document["last_entry_id"], document["closed"]) == (3, 2, True)
+    info = cluster.json("ledger", "inspect", str(document["ledger_id"]))
+    assert (info["state"], info["last_entry_id"]) == ("CLOSED", 2)  # type: ignore[index]
+
+
+def test_ctrl_c_of_a_write_says_how_far_it_got(cluster: Cluster) -> None:
+    """Issue 19 item 6: Ctrl-C printed only ^C; now the adds in flight finish, the ledger is closed
+    there, the document names the range, and the exit code is 130."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bkctl",
+            "ledger",
+            "write",
+            "--entries",
+            "5000000",
+            "--size",
+            "10",
+            "-o",
+            "json",
+        ],
+        env={**os.environ, "BKCTL_METADATA": cluster.uri},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        assert "created on" in proc.stderr.readline()  # writing now
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    document = json.loads(out)
+    assert document["closed"] is True and document["error"] == "interrupted by Ctrl-C"
+    assert 0 < document["entries_written"] < 5000000
+    info = cluster.json("ledger", "inspect", str(document["ledger_id"]))
+    assert (info["state"], info["last_entry_id"]) == ("CLOSED", document["last_entry_id"])  # type: ignore[index]
 
 
 def test_create_then_delete(cluster: Cluster) -> None:
