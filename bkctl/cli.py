@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import re
 import sys
 from typing import Annotated, NoReturn
 
@@ -18,10 +19,11 @@ os.environ.setdefault("TYPER_USE_RICH", "0")
 import typer  # after TYPER_USE_RICH is set
 
 # typer 0.29 vendors click; typer is pinned in pyproject.toml, so this private path is stable for us.
+from typer._click import core as click_core
 from typer._click import exceptions as click_exceptions
 
 from bkctl import __version__
-from bkctl.commands.output import OutputClosed
+from bkctl.commands.output import OutputClosed, OutputOption
 from bkctl.errors import BkctlError, ExitCode
 
 # Each module has `register(app)`, which adds its commands or group to the root app.
@@ -66,20 +68,56 @@ def _root(
             show_default=False,
         ),
     ] = None,
+    output: OutputOption = None,
     version: Annotated[
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
     ] = False,
 ) -> None:
+    # Commands read their --metadata and -o defaults from these variables: the root options reach them all.
     if metadata is not None:
-        # Commands read their --metadata default from this variable, so the root option reaches them all.
         os.environ["BKCTL_METADATA"] = metadata
+    if output is not None:
+        os.environ["BKCTL_OUTPUT"] = output.value
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(
         level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     if verbose >= 2:
         os.environ.setdefault("BKCTL_TRACEBACK", "1")
+
+
+TYPE_NAMES = {
+    "str": "TEXT",
+    "int": "INTEGER",
+    "float": "NUMBER",
+    "Path": "PATH",
+    "path": "PATH",
+    "file": "FILE",
+}
+
+
+def _help_type(label: str, is_argument: bool) -> str:
+    """What to type, for help: `PATH`, `INTEGER`, `<a|b>` choices; never a Python annotation."""
+    inner = label[1:-1] if label.startswith("<") and label.endswith(">") else label
+    if "|" in inner and "[" not in inner:
+        return label  # choices are worth showing as they are
+    if is_argument:
+        return ""  # the argument's own name says it (`PATHS...`)
+    inner = inner.removeprefix("list[").removesuffix("]").removesuffix(" range")
+    return TYPE_NAMES.get(inner, inner.upper())
+
+
+def _human_help_types() -> None:
+    """typer 0.29 (pinned) prints annotations such as `<list[Path]>` in help: show plain names instead."""
+    from typer import core
+
+    original = core._TyperParameter.display_type
+
+    def display_type(self: core._TyperParameter, ctx: click_core.Context) -> str:
+        return _help_type(original(self, ctx), isinstance(self, core.TyperArgument))
+
+    core._TyperParameter.display_type = display_type  # type: ignore[method-assign]
 
 
 def build_app() -> typer.Typer:
@@ -91,16 +129,37 @@ def build_app() -> typer.Typer:
         pretty_exceptions_enable=False,
         context_settings={"help_option_names": ["-h", "--help"]},
     )
+    _human_help_types()
     app.callback()(_root)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(app)
     return app
 
 
+CHOICE_ERROR = re.compile(r"^(?:Value error, )?'(.*)' is not one of (.*?)\.?$")
+
+
+def _bad_parameter(exc: click_exceptions.BadParameter) -> str:
+    """One line: which option, what was given, what is allowed (no validator jargon, no env var noise)."""
+    param = exc.param
+    name = "/".join(param.opts) if param is not None and param.opts else (exc.param_hint or "a value")
+    text = str(exc.message).removeprefix("Value error, ")
+    choice = CHOICE_ERROR.match(text)
+    if choice:
+        allowed = choice.group(2).replace("'", "")
+        return f"invalid value '{choice.group(1)}' for {name}: choose one of {allowed}"
+    return f"invalid value for {name}: {text}"
+
+
 def main(argv: list[str] | None = None) -> NoReturn:
     """Entry point of the `bkctl` console script."""
     try:
         result = build_app()(args=argv, prog_name="bkctl", standalone_mode=False)
+    except click_exceptions.BadParameter as exc:
+        print(f"bkctl: error: {_bad_parameter(exc)}", file=sys.stderr)
+        if exc.ctx is not None:
+            print(f"Try '{exc.ctx.command_path} -h' for help.", file=sys.stderr)
+        sys.exit(ExitCode.USAGE)
     except click_exceptions.ClickException as exc:
         exc.show()
         sys.exit(ExitCode.USAGE if isinstance(exc, click_exceptions.UsageError) else ExitCode.ERROR)

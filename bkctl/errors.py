@@ -27,6 +27,7 @@ class ExitCode(IntEnum):
     CLOSED = 11
     READ_ONLY = 12
     LOCKED = 13
+    DECLINED = 14
     INTERRUPTED = 130
 
 
@@ -143,9 +144,16 @@ def exit_code_table() -> list[tuple[int, str, str]]:
         ExitCode.CLOSED: "ledger closed",
         ExitCode.READ_ONLY: "read-only",
         ExitCode.LOCKED: "a bookie directory is in use by another process",
+        ExitCode.DECLINED: "declined at a confirmation prompt: nothing changed",
         ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
     }
     return [(int(code), code.name, meanings[code]) for code in ExitCode]
+
+
+class Declined(BkctlError):
+    """The operator answered no at a confirmation prompt; nothing was changed."""
+
+    exit_code = ExitCode.DECLINED
 
 
 class Interrupted(BkctlError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import subprocess
@@ -32,7 +33,7 @@ def test_usage_errors_exit_2_on_stderr(args: list[str]) -> None:
     result = run_bkctl(*args)
     assert result.returncode == errors.ExitCode.USAGE
     assert result.stdout == ""
-    assert "Usage" in result.stderr
+    assert "Usage" in result.stderr or "-h' for help." in result.stderr
 
 
 def test_no_arguments_shows_help_and_exits_2() -> None:
@@ -95,3 +96,74 @@ def test_metadata_option_works_before_the_command(tmp_path: Path) -> None:
     after = run_bkctl("cluster", "info", "--metadata", uri, "-o", "json")
     assert before.returncode == after.returncode == 0
     assert before.stdout == after.stdout and '"ledger_count": 0' in before.stdout
+
+
+def test_help_shows_no_python_types_and_whole_summaries() -> None:
+    """Issue 19 item 9: help showed `<list[Path]>` / `<str>` and cut "Print the shell completion
+    script, e.g." at the abbreviation."""
+    for args in (
+        ["--help"],
+        ["lastmark", "--help"],
+        ["bookie", "start", "--help"],
+        ["ledger", "read", "--help"],
+    ):
+        text = run_bkctl(*args).stdout
+        assert not re.search(r"<(list\[|str>|int>|Path>|float>)", text), (args, text)
+    assert "Print the shell completion script for bash, zsh or fish." in run_bkctl("--help").stdout
+
+
+def test_choice_errors_are_one_plain_line() -> None:
+    result = run_bkctl("ledger", "list", "-o", "xml")
+    assert result.returncode == errors.ExitCode.USAGE
+    assert result.stderr.splitlines()[0] == (
+        "bkctl: error: invalid value 'xml' for --output/-o/-w: choose one of table, json, plain"
+    )
+    assert "Value error" not in result.stderr
+
+
+def test_output_option_works_before_the_command(tmp_path: Path) -> None:
+    db = tmp_path / "metadata.db"
+    assert run_bkctl("cluster", "init", "--metadata", f"sqlite://{db}").returncode == 0
+    result = run_bkctl("-o", "json", "--metadata", f"sqlite://{db}", "ledger", "list")
+    assert (result.returncode, result.stdout) == (0, "[]\n")
+
+
+def test_read_only_commands_create_no_metadata_store(tmp_path: Path) -> None:
+    """Issue 19 item 8: `ledger list --metadata sqlite:///x.db` created x.db; the default store was
+    created too, and the message did not name the store or the fix; --metadata "" fell back."""
+    missing = tmp_path / "x.db"
+    result = run_bkctl("ledger", "list", "--metadata", f"sqlite://{missing}")
+    assert result.returncode == errors.ExitCode.NOT_FOUND and not missing.exists()
+    assert f"no metadata store at sqlite://{missing}" in result.stderr and "bkctl sandbox" in result.stderr
+    env = {k: v for k, v in os.environ.items() if k != "BKCTL_METADATA"} | {"HOME": str(tmp_path / "home")}
+    done = subprocess.run(
+        [sys.executable, "-m", "bkctl", "ledger", "list"], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert done.returncode == errors.ExitCode.NOT_FOUND and "the default store" in done.stderr
+    assert not (tmp_path / "home").exists()
+    result = run_bkctl("ledger", "list", "--metadata", "")
+    assert result.returncode == errors.ExitCode.USAGE and "is empty" in result.stderr
+
+
+def test_declining_a_prompt_is_exit_14_and_no_terminal_needs_yes(tmp_path: Path) -> None:
+    """Issue 19 item 5: answering `n` to `ledger delete` exited 130 (the Ctrl-C code)."""
+    import pty
+
+    db = tmp_path / "metadata.db"
+    assert run_bkctl("cluster", "init", "--metadata", f"sqlite://{db}").returncode == 0
+    result = run_bkctl("ledger", "delete", "3", "--metadata", f"sqlite://{db}")
+    assert result.returncode == errors.ExitCode.USAGE and "--yes" in result.stderr  # no terminal
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: bkctl on a terminal, answering the prompt with "n"
+        os.execv(
+            sys.executable,
+            [sys.executable, "-m", "bkctl", "ledger", "delete", "3", "--metadata", f"sqlite://{db}"],
+        )
+    os.write(fd, b"n\n")
+    output = b""
+    with contextlib.suppress(OSError):
+        while chunk := os.read(fd, 1024):
+            output += chunk
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == errors.ExitCode.DECLINED, output
+    assert b"ledger 3 not deleted" in output

@@ -574,3 +574,43 @@ def test_small_chunks_give_the_same_records(tmp_path: Path) -> None:
     scan = journal_records(journal, chunk_size=97)
     assert [(o, k, bytes(b)) for o, k, b in scan] == whole
     assert scan.stop is not None and scan.stop.position == 463360
+
+
+def test_bad_paths_are_one_line_not_found_errors(tmp_path: Path) -> None:
+    """Issue 19 item 5: a directory where a file is expected was `internal error: IsADirectoryError`
+    (exit 1); a file where a directory is expected said "no such directory"."""
+    for args in (["entrylog", "inspect"], ["entrylog", "metadata"], ["index", "inspect"]):
+        code, _, _, exc = invoke(*args, str(tmp_path))
+        assert code == ExitCode.NOT_FOUND and f"{tmp_path} is a directory, not a file" in str(exc), args
+    not_a_dir = tmp_path / "hostname"
+    not_a_dir.write_text("x\n")
+    code, _, _, exc = invoke("lastmark", str(not_a_dir))
+    assert code == ExitCode.NOT_FOUND and f"{not_a_dir} is not a directory" in str(exc)
+    # A lastMark file itself is fine.
+    mark = JAVA_BOOKIES / "bookie2" / "ledgers" / "current" / "lastMark"
+    assert invoke_json("lastmark", str(mark))["marks"][0]["journal_file"] == "1a200fa8ff2.txn"
+
+
+def test_journal_cut_inside_its_header_is_corrupt(tmp_path: Path) -> None:
+    """Issue 19 item 5: a journal cut inside its 512-byte header exited 0 with no records and no
+    warning, and showed `(id None, ...)`."""
+    _, data = _copy_journal(tmp_path)
+    cut = tmp_path / "cut.txn"
+    cut.write_bytes(bytes(data[:300]))
+    code, out, _, exc = run_guarded([cut], "journal", "inspect", str(cut), "-o", "json")
+    assert code == ExitCode.CORRUPT and "header cut short: 300 of 512 bytes" in str(exc)
+    assert json.loads(out)["journals"][0]["stopped"] == {"offset": 300, "reason": str(exc).split(": ", 2)[2]}
+    code, out, _, _ = invoke("journal", "inspect", str(cut), "-o", "table")
+    assert "id not in the file name" in out and "None" not in out
+    empty = tmp_path / "empty.txn"
+    empty.write_bytes(b"")
+    assert invoke("journal", "inspect", str(empty))[0] == 0  # an empty journal is fine (Java: too)
+
+
+def test_plain_summary_of_several_journals_names_each_file(tmp_path: Path) -> None:
+    """Issue 19 item 9: `journal inspect <dir> --summary -o plain` did not say which file is which."""
+    _, out, _, _ = invoke(
+        "journal", "inspect", str(JAVA_BOOKIES / "bookie1" / "journal"), "--summary", "-o", "plain"
+    )
+    files = [line.split("\t")[1] for line in out.splitlines() if line.startswith("file\t")]
+    assert files and all(f.endswith(".txn") for f in files)

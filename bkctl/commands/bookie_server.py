@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from bkctl.commands.bookie import app
-from bkctl.commands.options import MetadataOption
+from bkctl.commands.options import MetadataOption, confirm
 from bkctl.commands.output import Column, OutputFormat, OutputOption, message, resolve, write_json, write_rows
 from bkctl.commands.running import freeze_heap
 from bkctl.errors import BkctlError, UsageError
@@ -191,8 +191,12 @@ def format_(
     config = _config(conf, port, journal_dir, ledger_dir, index_dir, bookie_id)
     the_id = _bookie_id(config)
     dirs = ", ".join(str(d) for d in cookies.all_dirs(config))
-    if not yes and not typer.confirm(f"Wipe {dirs} and the cookie of bookie {the_id}?", err=True):
-        raise typer.Abort()
+    if not yes:
+        confirm(
+            f"Wipe {dirs} and the cookie of bookie {the_id}?",
+            declined=f"bookie {the_id} not formatted",
+            needs_yes=f"format bookie {the_id}",
+        )
     with (
         locked(cookies.labelled_dirs(config), "bkctl bookie format"),
         open_layout(_metadata_uri(metadata, config)) as layout,

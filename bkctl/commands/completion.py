@@ -32,7 +32,10 @@ def completion_script(shell: Shell) -> str:
 
 
 def completion(shell: Annotated[Shell, typer.Argument(help="bash, zsh or fish")]) -> None:
-    """Print the shell completion script, e.g. `source <(bkctl completion bash)`."""
+    """Print the shell completion script for bash, zsh or fish.
+
+    Load it with `source <(bkctl completion bash)`.
+    """
     output.write_text(completion_script(shell))
 
 

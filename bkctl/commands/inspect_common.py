@@ -190,7 +190,8 @@ def render_records(
     write_title(title, fmt)
     if summary_only:
         summary = doc["summary"]
-        write_mapping(summary() if callable(summary) else summary, fmt)
+        # The file first: a summary of several files (a journal dir) must say which is which.
+        write_mapping({"file": doc["file"], **(summary() if callable(summary) else summary)}, fmt)
     elif doc.get("records") is not None:
         write_rows(doc["records"], columns, fmt)
     stopped = doc["stopped"]

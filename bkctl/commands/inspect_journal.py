@@ -33,6 +33,7 @@ from bkctl.commands.output import (
     write_json,
 )
 from bkctl.errors import ProtocolError
+from bkctl.files.chunks import file_size
 from bkctl.files.digests import DigestChecker
 from bkctl.protocol import journal_format as jf
 from bkctl.protocol.journal_format import RecordKind
@@ -76,19 +77,30 @@ def _document(path: Path, options: Options, failures: Failures) -> dict[str, Any
     try:
         journal = open_journal(path)
     except ProtocolError as exc:
-        failures.add(path, 0, str(exc))
         doc["version"] = None
-        if not options.summary:
-            doc["records"] = []
-        return doc | {
-            "summary": summary_of(RecordKind).as_dict(),
-            "stopped": {"offset": 0, "reason": str(exc)},
-        }
+        return _unreadable(doc, path, 0, str(exc), options, failures)
     doc["version"] = journal.version
+    size = file_size(path)
+    if 0 < size < journal.data_start:  # BookKeeper writes the whole 512-byte header at once
+        reason = f"journal header cut short: {size} of {journal.data_start} bytes"
+        return _unreadable(doc, path, size, reason, options, failures)
     scan = journal_records(journal)
     fill_records(doc, scan, RecordKind, partial(describe, options=options), _wanted(options), options)
     doc["stopped"] = lambda: failures.add_stop(path, scan.stop)
     return doc
+
+
+def _unreadable(
+    doc: dict[str, Any], path: Path, offset: int, reason: str, options: Options, failures: Failures
+) -> dict[str, Any]:
+    """A journal whose records cannot be reached: no records, and a stop that makes the command exit 7."""
+    failures.add(path, offset, reason)
+    if not options.summary:
+        doc["records"] = []
+    return doc | {
+        "summary": summary_of(RecordKind).as_dict(),
+        "stopped": {"offset": offset, "reason": reason},
+    }
 
 
 def _wanted(options: Options) -> Callable[[dict[str, Any]], bool]:
@@ -124,5 +136,6 @@ def describe(
 
 def _render(doc: dict[str, Any], options: Options, fmt: OutputFormat) -> None:
     columns = (*COLUMNS, DATA_COLUMN) if options.show_data else COLUMNS
-    title = f"Journal {doc['file']} (id {doc['journal_id']}, version {doc['version']})"
+    journal_id = "not in the file name" if doc["journal_id"] is None else doc["journal_id"]
+    title = f"Journal {doc['file']} (id {journal_id}, version {doc['version']})"
     render_records(title, doc, columns, options.summary, fmt)

@@ -95,8 +95,13 @@ def ledger_inspect(
         write_json(document)
         return
     segments = document.pop("segments")
-    document["ctime"] = _show_ms(md.ctime)
     document["custom_metadata"] = {k: _show_bytes(v) for k, v in md.custom_metadata} or None
+    if fmt is OutputFormat.plain:
+        # Machine-readable: one raw value per field, every line led by its key (segments included).
+        write_mapping(document, fmt)
+        write_rows(({"key": "segment", **s} for s in segments), (Column("key", "KEY"), *SEGMENT_COLUMNS), fmt)
+        return
+    document["ctime"] = _show_ms(md.ctime)
     write_mapping(document, fmt)
     write_title("\nsegments:", fmt)
     write_rows(segments, SEGMENT_COLUMNS, fmt)

@@ -8,7 +8,6 @@ fence, recover and close it. See docs/commands/ledger.md.
 from __future__ import annotations
 
 import base64
-import sys
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -26,7 +25,7 @@ from bkctl.commands.ledger_options import (
     WriteQuorumOption,
     password_bytes,
 )
-from bkctl.commands.options import MetadataOption
+from bkctl.commands.options import MetadataOption, confirm
 from bkctl.commands.output import (
     Column,
     OutputFormat,
@@ -289,10 +288,11 @@ def ledger_delete(
     from bkctl.commands.options import open_layout
 
     if not yes:
-        if not sys.stdin.isatty():
-            raise UsageError(f"refusing to delete ledger {ledger_id} without --yes (no terminal to ask)")
-        if not typer.confirm(f"Delete ledger {ledger_id}? Its entries will be gone.", err=True):
-            raise typer.Abort()
+        confirm(
+            f"Delete ledger {ledger_id}? Its entries will be gone.",
+            declined=f"ledger {ledger_id} not deleted",
+            needs_yes=f"delete ledger {ledger_id}",
+        )
     with open_layout(metadata) as layout:
         layout.read_ledger(ledger_id)  # NotFoundError (4) names the ledger
         layout.delete_ledger(ledger_id)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from bkctl.commands.output import message
-from bkctl.errors import ProblemsFound
+from bkctl.errors import Declined, NotFoundError, ProblemsFound, UsageError
 
 if TYPE_CHECKING:
     from bkctl.metadata.layout import Layout
@@ -37,12 +37,16 @@ def open_layout(uri: str | None, *, initialized: bool = True) -> Iterator[Layout
     """The cluster's Layout on the store `uri` names, closed on exit.
 
     UnavailableError (exit 6) if the store cannot be reached within the connect timeout; with
-    `initialized`, NotFoundError (exit 4) if no cluster was initialized at its root.
+    `initialized`, NotFoundError (exit 4) if no cluster was initialized at its root, and an SQLite file
+    that does not exist is not created (a read-only command never leaves a store behind).
     """
     from bkctl.metadata.layout import Layout
-    from bkctl.metadata.store import open_store, parse_metadata_uri, resolve_metadata_uri
+    from bkctl.metadata.store import open_store, parse_metadata_uri
 
-    location = parse_metadata_uri(resolve_metadata_uri(uri))
+    chosen = metadata_choice(uri)
+    location = parse_metadata_uri(chosen)
+    if initialized and location.backend == "sqlite" and location.path and not location.path.exists():
+        raise NotFoundError(f"no metadata store at {chosen}{_how_chosen(uri)}: {START_HINT}")
     if logging.getLogger().getEffectiveLevel() >= logging.WARNING:
         # kazoo warns on every failed connection attempt; a command reports one error line instead
         # (-v shows them).
@@ -50,8 +54,42 @@ def open_layout(uri: str | None, *, initialized: bool = True) -> Iterator[Layout
     with open_store(location) as store:
         layout = Layout(store, location.root)
         if initialized:
-            layout.check_initialized()
+            try:
+                layout.check_initialized()
+            except NotFoundError as exc:
+                raise NotFoundError(f"{exc} in {chosen}{_how_chosen(uri)}: {START_HINT}") from None
         yield layout
+
+
+def confirm(question: str, *, declined: str, needs_yes: str) -> None:
+    """Ask on the terminal; Declined (exit 14) on no. Without a terminal never read stdin: UsageError
+    (exit 2) saying --yes is needed, so a script without --yes fails at once instead of hanging."""
+    import sys
+
+    if not sys.stdin.isatty():
+        raise UsageError(f"refusing to {needs_yes} without --yes (no terminal to ask)")
+    if not typer.confirm(question, err=True):
+        raise Declined(declined)
+
+
+START_HINT = (
+    "start one with `bkctl sandbox` (it prints the export line to use) or `bkctl cluster init`, "
+    "or name yours with --metadata URI / BKCTL_METADATA"
+)
+
+
+def metadata_choice(uri: str | None) -> str:
+    """--metadata (or BKCTL_METADATA, which typer reads into it), else the default store; an empty
+    value is a usage error, never a silent fall-back to another store."""
+    from bkctl.metadata.store import resolve_metadata_uri
+
+    if uri is not None and not uri.strip():
+        raise UsageError("--metadata (or BKCTL_METADATA) is empty: give a metadata URI")
+    return resolve_metadata_uri(uri)
+
+
+def _how_chosen(uri: str | None) -> str:
+    return " (no --metadata and no BKCTL_METADATA: the default store)" if uri is None else ""
 
 
 @dataclass

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Generic, TypeVar
@@ -17,15 +18,17 @@ ScanFunction = Callable[[bytes, int, int, bool], Generator[Item, None, ScanStop]
 
 
 def open_read_only(path: Path) -> int:
-    """A read-only file descriptor for `path`; NotFoundError when it is missing or not a file."""
+    """A read-only file descriptor for `path`; NotFoundError (one line, exit 4) when it is missing, not
+    a regular file, or cannot be opened. Every inspect command opens its files through here."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise NotFoundError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise NotFoundError(f"{path}: is a directory, not a file") from None
-    except PermissionError as exc:
+    except OSError as exc:
         raise NotFoundError(f"{path}: cannot open: {exc.strerror}") from None
+    if stat.S_ISDIR(os.fstat(fd).st_mode):  # Linux opens a directory read-only; reading it fails later
+        os.close(fd)
+        raise NotFoundError(f"{path} is a directory, not a file")
     return fd
 
 

@@ -25,8 +25,14 @@ class LastMark:
 
 def find_last_marks(path: Path) -> list[Path]:
     """Every `lastMark` and `lastMark.<n>` in `path`, `path/current`, or `path/*/current` (a bookie root)."""
+    if path.is_file():
+        if _is_last_mark(path):
+            return [path]
+        raise NotFoundError(
+            f"{path} is not a directory (give a ledger dir, a bookie root or a lastMark file)"
+        )
     if not path.is_dir():
-        raise NotFoundError(f"{path}: no such directory")
+        raise NotFoundError(f"{path}: no such file or directory")
     candidates = [path, path / "current", *sorted(p / "current" for p in path.iterdir() if p.is_dir())]
     found = []
     for directory in candidates:

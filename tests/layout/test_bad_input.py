@@ -57,9 +57,10 @@ def test_garbage_sqlite_file_exits_6(tmp_path: Path) -> None:
     assert database.read_bytes() == before
 
 
-def test_missing_sqlite_directory_exits_6(tmp_path: Path) -> None:
+def test_missing_sqlite_store_is_not_found_and_not_created(tmp_path: Path) -> None:
     result, _ = run("bookie", "list", "--metadata", f"sqlite://{tmp_path}/nope/metadata.db")
-    assert result.returncode == ExitCode.UNAVAILABLE and result.stderr.count("\n") == 1
+    assert result.returncode == ExitCode.NOT_FOUND and result.stderr.count("\n") == 1
+    assert not (tmp_path / "nope").exists()
 
 
 def test_bad_metadata_uri_is_a_usage_error() -> None:
@@ -68,9 +69,16 @@ def test_bad_metadata_uri_is_a_usage_error() -> None:
 
 
 def test_uninitialized_store_is_not_found(tmp_path: Path) -> None:
+    from bkctl.metadata.sqlite import SqliteStore
+
+    SqliteStore(tmp_path / "metadata.db").close()  # a store, but no cluster in it
     result, _ = run("ledger", "list", "--metadata", f"sqlite://{tmp_path}/metadata.db")
     assert result.returncode == ExitCode.NOT_FOUND
-    assert "no BookKeeper cluster at /ledgers" in result.stderr
+    assert (
+        f"no BookKeeper cluster at /ledgers (/ledgers/LAYOUT is missing) in sqlite://{tmp_path}"
+        in result.stderr
+    )
+    assert "bkctl cluster init" in result.stderr
 
 
 def test_malformed_ledger_is_reported_and_skipped(
