@@ -73,6 +73,10 @@ def sandbox(
     demo: Annotated[
         bool, typer.Option("--demo", help="Write, read back, check and fence a ledger, print it, stop.")
     ] = False,
+    no_restart: Annotated[
+        bool,
+        typer.Option("--no-restart", help="With --processes: leave a bookie that dies down (say so only)."),
+    ] = False,
     output: OutputOption = None,
 ) -> None:
     """Start a local cluster: N bookies on an embedded SQLite store; stays up until Ctrl-C / SIGTERM.
@@ -85,7 +89,7 @@ def sandbox(
     port = base_port if base_port is not None else (0 if demo else DEFAULT_BASE_PORT)
     root.mkdir(parents=True, exist_ok=True)
     _init_cluster(uri)
-    _Sandbox(root, uri, bookies, port, fmt, demo, processes).run()
+    _Sandbox(root, uri, bookies, port, fmt, demo, processes, restart=not no_restart).run()
 
 
 def _init_cluster(uri: str) -> None:
@@ -108,9 +112,12 @@ class _Sandbox:
         fmt: OutputFormat,
         demo: bool,
         processes: bool,
+        *,
+        restart: bool = True,
     ) -> None:
         self.root, self.uri, self.count, self.base_port = root, uri, count, base_port
-        self.fmt, self.demo = fmt, demo
+        self.fmt, self.demo, self.restart = fmt, demo, restart
+        self.supervisor: Any = None
         self.services: list[BookieService] = []
         self.processes = processes
         self.children: list[Any] = []
@@ -152,6 +159,11 @@ class _Sandbox:
                 self.services.append(await self._start_bookie(index))
         ids = self.child_ids or [str(s.bookie_id) for s in self.services]
         self._announce(ids)
+        if self.children:
+            from bkctl.commands.sandbox_procs import Supervisor
+
+            self.supervisor = Supervisor(self.reactor, self.children, restart=self.restart)
+            self.supervisor.start()
         if self.demo:
             from bkctl.commands.sandbox_demo import run_demo
 
@@ -192,6 +204,8 @@ class _Sandbox:
     def _stop_all(self) -> Any:
         from twisted.internet import defer
 
+        if self.supervisor is not None:
+            self.supervisor.stop()  # before the children get SIGTERM: their exits are no deaths
         stopping = defer.gatherResults([s.stop() for s in self.services], consumeErrors=True)
         if self.children:
             from twisted.internet import threads

@@ -1,52 +1,91 @@
-"""`bkctl sandbox --processes`: each bookie a `python -m bkctl bookie start` child process (for load
-tests: one Python process per bookie, as in production). Started before the reactor, with a bounded
-wait for each child's port file; stopped with SIGTERM (each flushes and unregisters) then a bounded
-wait, SIGKILL as a last resort."""
+"""`bkctl sandbox --processes`: each bookie a `python -m bkctl bookie start` child process, supervised.
+
+Children are started before the reactor, with a bounded wait for each one's port file. While the
+sandbox runs, a supervisor on the reactor reaps any child that dies (no zombies), says so on stderr
+with its exit status or signal, and restarts it on the same directories and port after a backoff that
+doubles (a child that keeps dying is given up after a few tries a minute, and that is said too), unless
+`--no-restart` asks to leave it down (for recovery demos). Stop: SIGTERM to every child (each flushes and
+unregisters), a bounded wait, SIGKILL as a last resort.
+"""
 
 from __future__ import annotations
 
+import shlex
+import signal
 import subprocess
 import sys
 import time
+from collections import deque
 from pathlib import Path
+from typing import Any
 
 from bkctl import limits
+from bkctl.commands.output import message
 from bkctl.errors import TimeoutError_, UnavailableError
 
 START_WAIT_S = limits.SANDBOX_BOOKIE_START_WAIT_S
 STOP_WAIT_S = limits.SANDBOX_BOOKIE_STOP_WAIT_S
+CHECK_INTERVAL_S = 0.5
+RESTART_BACKOFF_S = (1.0, 30.0)  # first wait, longest wait
+RESTARTS_PER_MINUTE_MAX = 5
 
 
 class BookieChild:
+    """One bookie process on `base`'s directories; `argv` restarts it the same way."""
+
     def __init__(self, base: Path, port: int, uri: str) -> None:
+        self.base, self.port, self.uri = base, port, uri
         self.port_file = base / "port"
-        self.port_file.unlink(missing_ok=True)
         base.mkdir(parents=True, exist_ok=True)
         self.log_path = base / "bookie.log"
         self.log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            [
-                sys.executable, "-m", "bkctl", "bookie", "start",
-                "--port", str(port),
-                "--journal-dir", str(base / "journal"),
-                "--ledger-dir", str(base / "ledgers"),
-                "--metadata", uri,
-                "--port-file", str(self.port_file),
-            ],
+        self.bookie_id = ""
+        self.deaths: deque[float] = deque()
+        self.proc = self._spawn()
+
+    @property
+    def argv(self) -> list[str]:
+        return [
+            "bkctl", "bookie", "start",
+            "--port", str(self.port),
+            "--journal-dir", str(self.base / "journal"),
+            "--ledger-dir", str(self.base / "ledgers"),
+            "--metadata", self.uri,
+        ]  # fmt: skip
+
+    @property
+    def command_line(self) -> str:
+        return shlex.join(self.argv)
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        self.port_file.unlink(missing_ok=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", *self.argv, "--port-file", str(self.port_file)],
             stdout=self.log,
             stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        )
+
+    def serving_port(self) -> int | None:
+        if self.port_file.exists() and self.port_file.read_text().strip():
+            return int(self.port_file.read_text())
+        return None
 
     def wait_serving(self, deadline: float) -> str:
-        """The bookie id (127.0.0.1:<port>) once its port file appears."""
+        """The bookie id (127.0.0.1:<port>) once its port file appears; the port is kept for restarts
+        (the cookies name it)."""
         while time.monotonic() < deadline:
-            if self.port_file.exists() and self.port_file.read_text().strip():
-                return f"127.0.0.1:{int(self.port_file.read_text())}"
+            port = self.serving_port()
+            if port is not None:
+                self.port, self.bookie_id = port, f"127.0.0.1:{port}"
+                return self.bookie_id
             if self.proc.poll() is not None:
                 tail = self.log_path.read_text(errors="replace")[-2000:]
                 raise UnavailableError(f"a sandbox bookie exited with {self.proc.returncode}:\n{tail}")
             time.sleep(0.05)
         raise TimeoutError_(f"a sandbox bookie did not serve within {START_WAIT_S:.0f} s ({self.log_path})")
+
+    def restart(self) -> None:
+        self.proc = self._spawn()
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -57,6 +96,74 @@ class BookieChild:
                 self.proc.kill()
                 self.proc.wait(STOP_WAIT_S)
         self.log.close()
+
+
+def exit_status(returncode: int) -> str:
+    if returncode < 0:
+        return f"was killed by {signal.Signals(-returncode).name}"
+    return f"exited with status {returncode}"
+
+
+class Supervisor:
+    """Watches the children from the reactor: reaps, reports, restarts (or leaves down)."""
+
+    def __init__(self, reactor: Any, children: list[BookieChild], *, restart: bool) -> None:
+        from twisted.internet import task
+
+        self._reactor, self.children, self._restart = reactor, children, restart
+        self._down: dict[BookieChild, Any] = {}  # child -> pending restart (None: left down)
+        self._starting: set[BookieChild] = set()
+        self._loop = task.LoopingCall(self._check)
+        self._loop.clock = reactor
+
+    def start(self) -> None:
+        self._loop.start(CHECK_INTERVAL_S, now=False)
+
+    def stop(self) -> None:
+        if self._loop.running:
+            self._loop.stop()
+        for call in self._down.values():
+            if call is not None and call.active():
+                call.cancel()
+
+    def _check(self) -> None:
+        for child in self.children:
+            if child in self._down:
+                continue
+            returncode = child.proc.poll()  # reaps a dead child: no zombie
+            if returncode is not None:
+                self._died(child, returncode)
+            elif child in self._starting and child.serving_port() is not None:
+                self._starting.discard(child)
+                message(f"bkctl: sandbox: bookie {child.bookie_id} is serving again (pid {child.proc.pid})")
+
+    def _died(self, child: BookieChild, returncode: int) -> None:
+        self._starting.discard(child)
+        message(f"bkctl: sandbox: bookie {child.bookie_id} (pid {child.proc.pid}) {exit_status(returncode)}")
+        now = time.monotonic()
+        child.deaths.append(now)
+        while child.deaths and child.deaths[0] < now - 60:
+            child.deaths.popleft()
+        if not self._restart:
+            self._down[child] = None
+            message(f"bkctl: sandbox: left down (--no-restart); to start it again: {child.command_line}")
+            return
+        if len(child.deaths) > RESTARTS_PER_MINUTE_MAX:
+            self._down[child] = None
+            message(
+                f"bkctl: sandbox: bookie {child.bookie_id} died {len(child.deaths)} times in a minute: "
+                f"not restarting it (log: {child.log_path}); to start it by hand: {child.command_line}"
+            )
+            return
+        first, longest = RESTART_BACKOFF_S
+        wait = min(longest, first * 2 ** (len(child.deaths) - 1))
+        message(f"bkctl: sandbox: restarting bookie {child.bookie_id} in {wait:.0f} s")
+        self._down[child] = self._reactor.callLater(wait, self._restart_child, child)
+
+    def _restart_child(self, child: BookieChild) -> None:
+        del self._down[child]
+        child.restart()
+        self._starting.add(child)
 
 
 def start_children(root: Path, uri: str, count: int, base_port: int) -> tuple[list[BookieChild], list[str]]:

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -287,6 +288,7 @@ def test_ctrl_c_of_a_write_says_how_far_it_got(cluster: Cluster) -> None:
     try:
         assert proc.stderr is not None
         assert "created on" in proc.stderr.readline()  # writing now
+        time.sleep(1.5)  # some entries acknowledged (a Ctrl-C before any would delete the ledger)
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:
