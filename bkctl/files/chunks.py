@@ -41,6 +41,18 @@ def read_at(path: Path, offset: int, size: int) -> bytes:
         os.close(fd)
 
 
+def directory_entries(path: Path) -> list[Path]:
+    """The entries of a directory; NotFoundError (one line, exit 4) when it cannot be listed."""
+    try:
+        return list(path.iterdir())
+    except FileNotFoundError:
+        raise NotFoundError(f"{path}: no such directory") from None
+    except NotADirectoryError:
+        raise NotFoundError(f"{path} is not a directory") from None
+    except OSError as exc:
+        raise NotFoundError(f"{path}: cannot list: {exc.strerror}") from None
+
+
 def file_size(path: Path) -> int:
     try:
         return path.stat().st_size

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bkctl.errors import NotFoundError
-from bkctl.files.chunks import FileScan, read_at
+from bkctl.files.chunks import FileScan, directory_entries, read_at
 from bkctl.protocol import journal_format as jf
 from bkctl.protocol.journal_format import ScanItem
 
@@ -37,7 +37,7 @@ def find_journals(path: Path) -> list[Path]:
     if not path.is_dir():
         raise NotFoundError(f"{path}: no such file or directory")
     directory = path / "current" if (path / "current").is_dir() else path
-    journals = [(jf.parse_journal_file_name(p.name), p) for p in directory.iterdir() if p.is_file()]
+    journals = [(jf.parse_journal_file_name(p.name), p) for p in directory_entries(directory) if p.is_file()]
     found = sorted((jid, p) for jid, p in journals if jid is not None)
     if not found:
         raise NotFoundError(f"{directory}: no journal files (*.txn)")

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bkctl.errors import NotFoundError
-from bkctl.files.chunks import read_at
+from bkctl.files.chunks import directory_entries, read_at
 from bkctl.protocol import journal_format as jf
 
 LAST_MARK_NAME = "lastMark"
@@ -33,11 +33,11 @@ def find_last_marks(path: Path) -> list[Path]:
         )
     if not path.is_dir():
         raise NotFoundError(f"{path}: no such file or directory")
-    candidates = [path, path / "current", *sorted(p / "current" for p in path.iterdir() if p.is_dir())]
+    subdirs = sorted(p / "current" for p in directory_entries(path) if p.is_dir())
     found = []
-    for directory in candidates:
+    for directory in [path, path / "current", *subdirs]:
         if directory.is_dir():
-            found += sorted(p for p in directory.iterdir() if _is_last_mark(p))
+            found += sorted(p for p in directory_entries(directory) if _is_last_mark(p))
     return list(dict.fromkeys(found))
 
 
