@@ -132,6 +132,12 @@ class LedgerHandle:
 
     # --- shape ------------------------------------------------------------------------------------
 
+    def adopt_metadata(self, metadata: LedgerMetadata) -> None:
+        """Metadata changed by someone else (recovery swapped a bookie): read from the new ensembles."""
+        self.metadata = metadata
+        self._ensemble = list(metadata.segments[-1].ensemble)
+        self._targets = []
+
     @property
     def is_closed(self) -> bool:
         return self.metadata.state is LedgerState.CLOSED

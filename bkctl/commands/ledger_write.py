@@ -10,7 +10,6 @@ deleted again rather than left open and empty.
 
 from __future__ import annotations
 
-import signal
 import sys
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -36,7 +35,7 @@ from bkctl.commands.ledger_options import (
 )
 from bkctl.commands.options import MetadataOption
 from bkctl.commands.output import OutputOption, message, resolve, write_mapping
-from bkctl.commands.running import run_client
+from bkctl.commands.running import interruptible, run_client
 from bkctl.errors import BkctlError, Interrupted, NotFoundError, UsageError
 
 if TYPE_CHECKING:
@@ -156,31 +155,6 @@ async def _succeeded(operation: Deferred[Any]) -> bool:
     except BkctlError:
         return False
     return True
-
-
-class interruptible:
-    """Ctrl-C asks `write_entries` to stop sending (the adds in flight finish); a second one stops hard."""
-
-    def __init__(self, reactor: Any) -> None:
-        self._reactor = reactor
-        self._previous: Any = None
-        self.requested = False
-
-    def __enter__(self) -> Callable[[], bool]:
-        self._previous = signal.getsignal(signal.SIGINT)
-        signal.signal(signal.SIGINT, self._on_sigint)
-        return lambda: self.requested
-
-    def __exit__(self, *_: object) -> None:
-        signal.signal(signal.SIGINT, self._previous)
-
-    def _on_sigint(self, _signum: int, _frame: object) -> None:
-        if self.requested:
-            signal.signal(signal.SIGINT, self._previous)
-            self._reactor.callFromThread(self._reactor.stop)
-            return
-        self.requested = True
-        message("bkctl: interrupted: waiting for the adds in flight (Ctrl-C again to stop at once)")
 
 
 def entry_source(entries: int | None, size: int | None, template: str | None, from_file: str | None) -> Any:

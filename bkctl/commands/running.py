@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import signal
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from bkctl.commands.options import open_layout
-from bkctl.commands.output import OutputClosed
+from bkctl.commands.output import OutputClosed, message
 from bkctl.errors import BkctlError
 
 if TYPE_CHECKING:
@@ -83,3 +84,28 @@ def run_client(
                 await client.close()
 
         return react(main)
+
+
+class interruptible:
+    """Ctrl-C asks `write_entries` to stop sending (the adds in flight finish); a second one stops hard."""
+
+    def __init__(self, reactor: Any) -> None:
+        self._reactor = reactor
+        self._previous: Any = None
+        self.requested = False
+
+    def __enter__(self) -> Callable[[], bool]:
+        self._previous = signal.getsignal(signal.SIGINT)
+        signal.signal(signal.SIGINT, self._on_sigint)
+        return lambda: self.requested
+
+    def __exit__(self, *_: object) -> None:
+        signal.signal(signal.SIGINT, self._previous)
+
+    def _on_sigint(self, _signum: int, _frame: object) -> None:
+        if self.requested:
+            signal.signal(signal.SIGINT, self._previous)
+            self._reactor.callFromThread(self._reactor.stop)
+            return
+        self.requested = True
+        message("bkctl: interrupted: waiting for the adds in flight (Ctrl-C again to stop at once)")

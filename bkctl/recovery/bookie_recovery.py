@@ -1,0 +1,241 @@
+"""Recovery of failed bookies and of single ledgers: re-replicate every fragment a failed bookie held.
+
+For each ledger with a segment naming a failed bookie: a closed ledger's fragments on it are copied to
+the target (given, or chosen by placement among read-write bookies not in that segment's ensemble) and
+the target swapped in; an open ledger whose last segment names a failed bookie is first recovered
+(fenced and closed, as a recovery open does) unless asked to skip open ledgers; earlier segments of
+open ledgers are copied too. Entries with no surviving copy make the ledger unrecoverable: reported with
+their ranges, the ledger's metadata left as it is. Idempotent: a ledger already repaired has nothing
+left to do, so running again after an interruption finishes the rest.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from twisted.internet import defer
+
+from bkctl.client import placement
+from bkctl.errors import BkctlError, NotFoundError, UsageError
+from bkctl.model import LedgerMetadata
+from bkctl.recovery.fragments import Fragment, fragments, on_bookies
+from bkctl.recovery.replicator import (
+    CopyStats,
+    Throttle,
+    UnrecoverableError,
+    copy_fragment,
+    entry_ranges,
+    swap_bookie,
+)
+
+if TYPE_CHECKING:
+    from bkctl.client.ledger import Client, LedgerHandle
+
+
+@dataclass(frozen=True)
+class RecoveryOptions:
+    failed: tuple[str, ...]
+    target: str | None = None
+    dry_run: bool = False
+    ledger: int | None = None
+    parallel: int = 4
+    skip_open: bool = False
+    rate_bytes_per_s: float | None = None
+
+
+@dataclass
+class PlanStep:
+    ledger_id: int
+    first_entry_id: int
+    last_entry_id: int
+    old_ensemble: list[str]
+    new_ensemble: list[str]
+    entries: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "ledger_id": self.ledger_id,
+            "first_entry_id": self.first_entry_id,
+            "last_entry_id": self.last_entry_id,
+            "old_ensemble": self.old_ensemble,
+            "new_ensemble": self.new_ensemble,
+            "entries": self.entries,
+        }
+
+
+@dataclass
+class RecoveryReport:
+    """The JSON contract of `bkctl recover` (docs/commands/recover.md)."""
+
+    failed_bookies: list[str]
+    target: str | None
+    dry_run: bool
+    ledgers_total: int = 0
+    ledgers_recovered: int = 0
+    ledgers_skipped: list[dict[str, Any]] = field(default_factory=list)
+    ledgers_unrecoverable: list[dict[str, Any]] = field(default_factory=list)
+    fragments_copied: int = 0
+    plan: list[PlanStep] = field(default_factory=list)
+    copied: CopyStats = field(default_factory=CopyStats)
+    started: float = field(default_factory=time.monotonic)
+    ledgers_done: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "failed_bookies": self.failed_bookies,
+            "target": self.target,
+            "ledgers_total": self.ledgers_total,
+            "ledgers_recovered": self.ledgers_recovered,
+            "ledgers_skipped": self.ledgers_skipped,
+            "ledgers_unrecoverable": self.ledgers_unrecoverable,
+            "fragments_copied": self.fragments_copied,
+            "entries_copied": self.copied.entries,
+            "bytes_copied": self.copied.bytes,
+            "seconds": round(time.monotonic() - self.started, 3),
+            "dry_run": self.dry_run,
+            "plan": [step.as_dict() for step in self.plan] if self.dry_run else [],
+        }
+
+
+async def admin_open(client: Client, ledger_id: int, *, recovery: bool) -> LedgerHandle:
+    """Open as an administrator: with the password the metadata stores (format v3 does), else ""
+    (BookKeeper's default `passwd` for password-less metadata)."""
+    versioned = await client.in_thread(client.layout.read_ledger, ledger_id)
+    password = versioned.value.password or b""
+    return await client.open_ledger(ledger_id, password, recovery=recovery)
+
+
+def names_any(metadata: LedgerMetadata, bookies: frozenset[str]) -> bool:
+    return any(b in bookies for segment in metadata.segments for b in segment.ensemble)
+
+
+async def ledgers_naming(client: Client, bookies: frozenset[str], only: int | None) -> list[int]:
+    """Ledger ids whose ensembles name any of `bookies` (every ledger's metadata is read, in batches)."""
+    layout = client.layout
+
+    def scan() -> list[int]:
+        ids = [only] if only is not None else layout.ledger_ids()
+        return [ledger_id for ledger_id, md in layout.read_ledgers(ids) if names_any(md, bookies)]
+
+    return await client.in_thread(scan)
+
+
+class BookieRecovery:
+    """One run of `bkctl recover`: `run()` fires with the report; `stop()` ends it between ledgers."""
+
+    def __init__(
+        self,
+        client: Client,
+        options: RecoveryOptions,
+        progress: Callable[[RecoveryReport], None] = lambda _: None,
+    ) -> None:
+        self.client, self.options, self.progress = client, options, progress
+        self.failed = frozenset(options.failed)
+        self.report = RecoveryReport(list(options.failed), options.target, options.dry_run)
+        self.throttle = Throttle(client.reactor, options.rate_bytes_per_s)
+        self.stopping = False
+
+    def stop(self) -> None:
+        self.stopping = True
+
+    async def run(self) -> RecoveryReport:
+        await self._check_target()
+        ids = await ledgers_naming(self.client, self.failed, self.options.ledger)
+        self.report.ledgers_total = len(ids)
+        self.progress(self.report)
+        queue = list(reversed(ids))
+
+        async def worker() -> None:
+            while queue and not self.stopping:
+                await self._one(queue.pop())
+
+        workers = [defer.ensureDeferred(worker()) for _ in range(max(1, self.options.parallel))]
+        await defer.gatherResults(workers, consumeErrors=True)
+        # Ledgers ran in parallel: report them in id order, as a script would list them.
+        self.report.plan.sort(key=lambda step: (step.ledger_id, step.first_entry_id))
+        for found in (self.report.ledgers_skipped, self.report.ledgers_unrecoverable):
+            found.sort(key=lambda item: int(item["ledger_id"]))
+        return self.report
+
+    async def _check_target(self) -> None:
+        target = self.options.target
+        if target is None:
+            return
+        if target in self.failed:
+            raise UsageError(f"target {target} is one of the failed bookies")
+        if target not in await self.client.in_thread(self.client.layout.bookies):
+            raise UsageError(f"target {target} is not a registered read-write bookie")
+
+    async def _one(self, ledger_id: int) -> None:
+        try:
+            await self.recover_ledger(ledger_id)
+        except UnrecoverableError as exc:
+            entries = [list(run) for run in entry_ranges(exc.entries)]
+            self.report.ledgers_unrecoverable.append({"ledger_id": ledger_id, "entries": entries})
+        except NotFoundError:
+            self._skip(ledger_id, "deleted while recovering")
+        except BkctlError as exc:
+            self._skip(ledger_id, str(exc))
+        self.report.ledgers_done += 1
+        self.progress(self.report)
+
+    def _skip(self, ledger_id: int, reason: str) -> None:
+        self.report.ledgers_skipped.append({"ledger_id": ledger_id, "reason": reason})
+
+    async def recover_ledger(self, ledger_id: int) -> None:
+        handle = await admin_open(self.client, ledger_id, recovery=False)
+        md = handle.metadata
+        if not handle.is_closed and any(b in self.failed for b in md.segments[-1].ensemble):
+            if self.options.skip_open:
+                self._skip(ledger_id, "open, and its last ensemble has a failed bookie (--skip-open-ledgers)")
+                return
+            if not self.options.dry_run:  # fence and close it, as a recovery open does
+                handle = await admin_open(self.client, ledger_id, recovery=True)
+        steps = await self._plan(handle)
+        if self.options.dry_run:
+            self.report.plan.extend(step for step, _ in steps)
+            return
+        for step, moves in steps:
+            for fragment, target in moves:
+                await copy_fragment(
+                    handle, fragment, target, failed=set(self.failed), throttle=self.throttle,
+                    stats=self.report.copied,
+                )  # fmt: skip
+                await swap_bookie(handle, fragment, target)
+                self.report.fragments_copied += 1
+            self.report.plan.append(step)
+        self.report.ledgers_recovered += 1
+
+    async def _plan(self, handle: LedgerHandle) -> list[tuple[PlanStep, list[tuple[Fragment, str]]]]:
+        """Per segment naming a failed bookie: the new ensemble and (fragment, target) moves."""
+        md = handle.metadata
+        last = md.last_entry_id if handle.is_closed else handle.last_add_confirmed
+        bad = on_bookies(fragments(handle.ledger_id, md, last), self.failed)
+        if not handle.is_closed:  # a live writer's last segment is not ours to change
+            bad = [f for f in bad if f.segment < len(md.segments) - 1]
+        available = await self.client.in_thread(self.client.layout.bookies)
+        steps = []
+        for number in sorted({f.segment for f in bad}):
+            moves = [f for f in bad if f.segment == number]
+            old = list(md.segments[number].ensemble)
+            targets = self._targets(old, len(moves), available)
+            new = list(old)
+            for fragment, target in zip(moves, targets, strict=True):
+                new[fragment.index] = target
+            first, end = moves[0].first_entry_id, moves[0].last_entry_id
+            entries = sum(f.entry_count() for f in moves)
+            step = PlanStep(handle.ledger_id, first, end, old, new, entries)
+            steps.append((step, list(zip(moves, targets, strict=True))))
+        return steps
+
+    def _targets(self, ensemble: Sequence[str], count: int, available: list[str]) -> list[str]:
+        if self.options.target is not None:
+            if count > 1 or self.options.target in ensemble:
+                raise UsageError(
+                    f"target {self.options.target} cannot take {count} place(s) in ensemble {list(ensemble)}"
+                )
+            return [self.options.target]
+        return placement.place_ensemble(available, count, {*ensemble, *self.failed}, self.client.rng)

@@ -1,0 +1,64 @@
+"""Which fragments of a ledger are under-replicated, read from the bookies themselves.
+
+By default each fragment's first and last entry are read from its bookie (BookKeeper's LedgerChecker
+with `auditorLedgerVerificationPercentage` 0); `full` reads every entry. A bookie that is not registered
+is `bookie_down` without a read. Answers tell apart `missing` (the bookie says it has no such entry or
+ledger), `bookie_down` (no answer, unreachable, timed out) and `digest_mismatch` (a copy that does not
+verify).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from bkctl.client.single_bookie import read_from_bookie
+from bkctl.recovery.fragments import Fragment
+
+if TYPE_CHECKING:
+    from bkctl.client.ledger import LedgerHandle
+
+OK, MISSING, BOOKIE_DOWN, DIGEST_MISMATCH = "ok", "missing", "bookie_down", "digest_mismatch"
+_DOWN_ANSWERS = ("timed out", "unavailable", "EIO", "ETOOMANYREQUESTS")
+
+
+@dataclass
+class FragmentState:
+    fragment: Fragment
+    state: str = OK
+    entries: list[int] = field(default_factory=list)  # the entries found bad (read or presumed)
+
+    @property
+    def ok(self) -> bool:
+        return self.state == OK
+
+
+async def check_fragments(
+    handle: LedgerHandle, fragments: Iterable[Fragment], *, full: bool = False, down: Iterable[str] = ()
+) -> list[FragmentState]:
+    """The state of each fragment; `down` are bookies known to be gone (not registered)."""
+    gone = set(down)
+    states = []
+    for fragment in fragments:
+        wanted = list(fragment.entries()) if full else fragment.first_and_last()
+        if not wanted:
+            states.append(FragmentState(fragment))
+        elif fragment.bookie in gone:
+            states.append(FragmentState(fragment, BOOKIE_DOWN, wanted))
+        else:
+            _, failures = await read_from_bookie(handle, fragment.bookie, wanted)
+            states.append(_state(fragment, failures))
+    return states
+
+
+def _state(fragment: Fragment, failures: list[tuple[int, str]]) -> FragmentState:
+    if not failures:
+        return FragmentState(fragment)
+    reasons = [why for _, why in failures]
+    bad = [entry_id for entry_id, _ in failures]
+    if any(why.startswith(_DOWN_ANSWERS) for why in reasons):
+        return FragmentState(fragment, BOOKIE_DOWN, bad)
+    if any(why.startswith("bad copy") for why in reasons):
+        return FragmentState(fragment, DIGEST_MISMATCH, bad)
+    return FragmentState(fragment, MISSING, bad)

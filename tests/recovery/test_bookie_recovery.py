@@ -1,0 +1,169 @@
+"""Manual recovery against real bookies (BookKeeper's BookieRecoveryTest, TestLedgerChecker,
+TestLedgerFragmentReplication scenarios): every fragment of a dead bookie copied, the survivors swapped
+into the ensembles, every entry readable from every bookie of its write set."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from bkctl.client.single_bookie import read_from_bookie
+from bkctl.errors import UsageError
+from bkctl.model import LedgerState
+from bkctl.recovery.bookie_recovery import BookieRecovery, RecoveryOptions, admin_open
+from bkctl.recovery.checker import BOOKIE_DOWN, MISSING, check_fragments
+from bkctl.recovery.fragments import fragments
+from tests.client.cluster import Cluster, bounded
+from tests.client.test_ledger import PW, payloads
+from tests.server_net.live import in_thread, twisted_test
+
+
+async def write_ledgers(cluster: Cluster, count: int, entries: int, *, close: bool = True) -> list[int]:
+    client = cluster.client(seed=11)
+    ids = []
+    for _ in range(count):
+        lh = await bounded(client.create_ledger(3, 2, 2, password=PW))
+        await bounded(lh.add_many(payloads(entries)))
+        if close:
+            await bounded(lh.close())
+        ids.append(lh.ledger_id)
+    return ids
+
+
+async def assert_fully_replicated(cluster: Cluster, ledger_id: int, gone: set[str]) -> None:
+    """Every entry on every bookie of its write set, and no ensemble naming a gone bookie."""
+    client = cluster.client(seed=5)
+    handle = await bounded(admin_open(client, ledger_id, recovery=False))
+    md = handle.metadata
+    assert not any(b in gone for s in md.segments for b in s.ensemble), md.segments
+    last = md.last_entry_id if handle.is_closed else handle.last_add_confirmed
+    for fragment in fragments(ledger_id, md, last):
+        wanted = list(fragment.entries())
+        found, failures = await bounded(read_from_bookie(handle, fragment.bookie, wanted))
+        assert failures == [] and [e.entry_id for e in found] == wanted, (fragment, failures)
+
+
+async def kill(cluster: Cluster, index: int) -> str:
+    service = cluster.bookies[index]
+    await bounded(service.stop())
+    return str(service.bookie_id)
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "zookeeper"])
+@twisted_test
+async def test_recover_a_dead_bookie_onto_placement_chosen_bookies(
+    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    uri = request.getfixturevalue("zk_chroot") if backend == "zookeeper" else None
+    cluster = await Cluster(tmp_path, uri).start(4)
+    try:
+        ids = await write_ledgers(cluster, 3, 50)
+        dead = await kill(cluster, 0)
+        client = cluster.client(seed=3)
+        report = await bounded(BookieRecovery(client, RecoveryOptions((dead,))).run())
+        named = [
+            i
+            for i in ids
+            if dead in (await in_thread(cluster.layout.read_ledger, i)).value.segments[0].ensemble
+        ]  # type: ignore[union-attr]
+        assert named == [] and report.ledgers_unrecoverable == [] and report.ledgers_skipped == []
+        assert report.ledgers_recovered == report.ledgers_total >= 1
+        assert report.copied.entries > 0
+        for ledger_id in ids:
+            await assert_fully_replicated(cluster, ledger_id, {dead})
+        again = await bounded(BookieRecovery(client, RecoveryOptions((dead,))).run())
+        assert (again.ledgers_total, again.copied.entries) == (0, 0)  # idempotent: nothing left
+    finally:
+        await cluster.stop()
+
+
+@twisted_test
+async def test_dry_run_changes_nothing_and_target_is_honoured(tmp_path: Path) -> None:
+    cluster = await Cluster(tmp_path).start(3)
+    try:
+        ids = await write_ledgers(cluster, 2, 20)
+        spare = await cluster.add_bookie()
+        dead = await kill(cluster, 0)
+        client = cluster.client(seed=3)
+        before = [(await in_thread(cluster.layout.read_ledger, i)).version for i in ids]  # type: ignore[union-attr]
+        dry = await bounded(BookieRecovery(client, RecoveryOptions((dead,), dry_run=True)).run())
+        after = [(await in_thread(cluster.layout.read_ledger, i)).version for i in ids]  # type: ignore[union-attr]
+        assert before == after and dry.copied.entries == 0
+        assert [step.ledger_id for step in dry.plan] == ids
+        assert all(dead in s.old_ensemble and dead not in s.new_ensemble for s in dry.plan)
+        spare_id = str(spare.bookie_id)
+        report = await bounded(BookieRecovery(client, RecoveryOptions((dead,), target=spare_id)).run())
+        assert report.ledgers_recovered == 2
+        for ledger_id in ids:
+            md = (await in_thread(cluster.layout.read_ledger, ledger_id)).value  # type: ignore[union-attr]
+            assert spare_id in md.segments[0].ensemble
+            await assert_fully_replicated(cluster, ledger_id, {dead})
+        with pytest.raises(UsageError, match="not a registered"):
+            await bounded(BookieRecovery(client, RecoveryOptions((dead,), target="127.0.0.1:1")).run())
+    finally:
+        await cluster.stop()
+
+
+@twisted_test
+async def test_open_ledger_is_fenced_and_closed_then_recovered(tmp_path: Path) -> None:
+    cluster = await Cluster(tmp_path).start(4)
+    try:
+        writer = await bounded(cluster.client().create_ledger(3, 3, 2, password=PW))
+        await bounded(writer.add_many(payloads(30)))
+        dead = await kill(cluster, cluster.bookies.index(cluster.bookie(writer.ensemble[0])))
+        client = cluster.client(seed=3)
+        skipped = await bounded(BookieRecovery(client, RecoveryOptions((dead,), skip_open=True)).run())
+        assert [s["ledger_id"] for s in skipped.ledgers_skipped] == [writer.ledger_id]
+        report = await bounded(BookieRecovery(client, RecoveryOptions((dead,))).run())
+        assert report.ledgers_recovered == 1
+        md = (await in_thread(cluster.layout.read_ledger, writer.ledger_id)).value  # type: ignore[union-attr]
+        assert md.state is LedgerState.CLOSED and md.last_entry_id == 29
+        await assert_fully_replicated(cluster, writer.ledger_id, {dead})
+    finally:
+        await cluster.stop()
+
+
+@twisted_test
+async def test_unrecoverable_entries_are_reported_as_ranges(tmp_path: Path) -> None:
+    cluster = await Cluster(tmp_path).start(3)
+    try:
+        client = cluster.client(seed=2)
+        lh = await bounded(client.create_ledger(3, 1, 1, password=PW))  # one copy of each entry
+        await bounded(lh.add_many(payloads(9)))
+        await bounded(lh.close())
+        await cluster.add_bookie()
+        dead = await kill(cluster, 0)
+        report = await bounded(BookieRecovery(client, RecoveryOptions((dead,))).run())
+        index = lh.ensemble.index(dead)
+        lost = [e for e in range(9) if e % 3 == index]
+        assert report.ledgers_unrecoverable == [
+            {"ledger_id": lh.ledger_id, "entries": [[e, e] for e in lost]}
+        ]
+        md = (await in_thread(cluster.layout.read_ledger, lh.ledger_id)).value  # type: ignore[union-attr]
+        assert dead in md.segments[0].ensemble  # left as it was: no data moved, nothing pretended
+    finally:
+        await cluster.stop()
+
+
+@twisted_test
+async def test_checker_tells_missing_from_down(tmp_path: Path) -> None:
+    cluster = await Cluster(tmp_path).start(3)
+    try:
+        (ledger_id,) = await write_ledgers(cluster, 1, 12)
+        client = cluster.client(seed=4)
+        handle = await bounded(admin_open(client, ledger_id, recovery=False))
+        frags = fragments(ledger_id, handle.metadata, 11)
+        states = await bounded(check_fragments(handle, frags, full=True))
+        assert all(s.ok for s in states)
+        gone = frags[0].bookie
+        states = await bounded(check_fragments(handle, frags, down={gone}))
+        assert {s.state for s in states if s.fragment.bookie == gone} == {BOOKIE_DOWN}
+        # A bookie asked for entries of a ledger it never had: "missing" (a wiped disk looks like this).
+        empty = str((await cluster.add_bookie()).bookie_id)
+        wiped = dataclasses.replace(frags[0], bookie=empty)
+        state = (await bounded(check_fragments(handle, [wiped], full=True)))[0]
+        assert (state.state, state.entries) == (MISSING, list(frags[0].entries()))
+    finally:
+        await cluster.stop()
