@@ -36,6 +36,7 @@ COMMAND_MODULES = (
     "bkctl.commands.ledger",
     "bkctl.commands.ledger_data",
     "bkctl.commands.ledger_write",
+    "bkctl.commands.recover",
     "bkctl.commands.smoke",
     "bkctl.commands.sandbox",
     "bkctl.commands.bench",

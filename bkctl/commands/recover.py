@@ -1,0 +1,378 @@
+"""`bkctl recover <metadata> <failed-bookie>[,<failed-bookie>...] [target]`, `ledger check`, `ledger recover`.
+
+The operator's repair after a bookie died for good: every fragment the failed bookies held is copied to
+a live bookie and swapped into its ensemble (bkctl.recovery.bookie_recovery). Made for scripts: it never
+reads stdin unless stdin is a terminal (and --yes was not given), stdout holds only the report, the exit
+code says what happened, Ctrl-C stops between ledgers (exit 130) and running it again finishes the rest.
+See docs/commands/recover.md.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from bkctl.commands.bookie import app as bookie_app
+from bkctl.commands.ledger import app as ledger_app
+from bkctl.commands.options import MetadataOption, confirm
+from bkctl.commands.output import (
+    Column,
+    OutputFormat,
+    OutputOption,
+    message,
+    resolve,
+    write_json,
+    write_mapping,
+    write_rows,
+)
+from bkctl.commands.running import interruptible, run_client
+from bkctl.errors import ConflictError, Interrupted, ProblemsFound, UsageError
+
+if TYPE_CHECKING:
+    from bkctl.client.ledger import Client
+    from bkctl.recovery.bookie_recovery import RecoveryReport
+
+PLAN_COLUMNS = (
+    Column("ledger_id", "LEDGER", numeric=True),
+    Column("first_entry_id", "FIRST", numeric=True),
+    Column("last_entry_id", "LAST", numeric=True),
+    Column("entries", "ENTRIES", numeric=True),
+    Column("old_ensemble", "OLD ENSEMBLE"),
+    Column("new_ensemble", "NEW ENSEMBLE"),
+)
+
+
+def register(root: typer.Typer) -> None:
+    root.command("recover")(recover)
+
+
+def recover(
+    metadata: Annotated[
+        str, typer.Argument(help="ZooKeeper connect string (host:port[,host:port][/root]) or a metadata URI.")
+    ],
+    failed: Annotated[str, typer.Argument(help="The failed bookie(s): host:port[,host:port...].")],
+    target: Annotated[
+        str | None, typer.Argument(help="Bookie to copy everything to (default: chosen per segment).")
+    ] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; change nothing.")] = False,
+    ledger: Annotated[int | None, typer.Option("--ledger", "-l", min=0, help="Only this ledger.")] = None,
+    parallel: Annotated[int, typer.Option("--parallel", min=1, max=64, help="Ledgers at a time.")] = 4,
+    skip_open: Annotated[
+        bool, typer.Option("--skip-open-ledgers", help="Leave open ledgers alone (no fencing).")
+    ] = False,
+    skip_unrecoverable: Annotated[
+        bool,
+        typer.Option(
+            "--skip-unrecoverable", help="Exit 0 even if some ledgers have entries with no copy left."
+        ),
+    ] = False,
+    delete_cookie: Annotated[
+        bool,
+        typer.Option("--delete-cookie", help="Delete the failed bookies' cookies once nothing names them."),
+    ] = False,
+    rate_mb_s: Annotated[
+        float | None, typer.Option("--rate", min=0.1, help="Copy at most this many MB/s.")
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Recover a bookie that is still registered.")
+    ] = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Do not ask for confirmation on a terminal.")
+    ] = False,
+    plan_out: Annotated[
+        Path | None, typer.Option("--plan-out", help="Also write the plan (JSON) to this file.")
+    ] = None,
+    output: OutputOption = None,
+) -> None:
+    """Re-replicate every ledger fragment held by failed bookies; open ledgers are fenced first.
+
+    Exit 0: everything recovered (or only --skip-open-ledgers / --skip-unrecoverable skips); 3: some
+    ledgers have entries with no surviving copy, or could not be recovered (listed on stderr and in the
+    report); 130: interrupted (run it again to finish).
+    """
+    from bkctl.recovery.bookie_recovery import RecoveryOptions
+
+    fmt = resolve(output)
+    bookies = tuple(dict.fromkeys(b.strip() for b in failed.split(",") if b.strip()))
+    if not bookies:
+        raise UsageError("name at least one failed bookie (host:port)")
+    options = RecoveryOptions(
+        bookies, target, dry_run, ledger, parallel, skip_open, None if rate_mb_s is None else rate_mb_s * 1e6
+    )
+    if not (yes or dry_run) and sys.stdin.isatty():
+        confirm(
+            f"Re-replicate the ledgers of {', '.join(bookies)}"
+            + (f" onto {target}" if target else "")
+            + " (open ledgers are fenced)?",
+            declined="nothing recovered",
+            needs_yes="recover",
+        )
+    report = run_client(metadata, lambda client: _run(client, options, force, delete_cookie))
+    document = report.as_dict()
+    if plan_out is not None:
+        plan_out.write_text(json.dumps([step.as_dict() for step in report.plan], indent=1) + "\n")
+    _render(document, fmt)
+    _raise_for(report, skip_unrecoverable)
+
+
+async def _run(client: Client, options: Any, force: bool, delete_cookie: bool) -> RecoveryReport:
+    from bkctl.recovery.bookie_recovery import BookieRecovery
+
+    registered = await client.in_thread(_registered, client)
+    alive = [b for b in options.failed if b in registered]
+    if alive and not force:
+        raise ConflictError(
+            f"bookie {', '.join(alive)} is registered: it is alive (stop it first, or --force to copy its "
+            "ledgers anyway)"
+        )
+    progress = Progress() if sys.stderr.isatty() else None
+    run = BookieRecovery(client, options, progress or (lambda _: None))
+    with interruptible(client.reactor) as stop:
+        client.reactor.callLater(0, _watch_stop, client.reactor, stop, run)
+        report = await run.run()
+    if progress is not None:
+        progress.done()
+    if run.stopping:
+        _render(report.as_dict(), resolve(None))
+        raise Interrupted(
+            f"interrupted after {report.ledgers_done} of {report.ledgers_total} ledgers: run again"
+        )
+    if delete_cookie and not options.dry_run:
+        await client.in_thread(_delete_cookies, client, options.failed)
+    return report
+
+
+def _watch_stop(reactor: Any, stop: Any, run: Any) -> None:
+    if stop():
+        run.stop()
+    elif not run.stopping:
+        reactor.callLater(0.1, _watch_stop, reactor, stop, run)
+
+
+def _registered(client: Client) -> set[str]:
+    return set(client.layout.bookies()) | set(client.layout.bookies(readonly=True))
+
+
+def _delete_cookies(client: Client, bookies: tuple[str, ...]) -> None:
+    from bkctl.errors import NotFoundError
+    from bkctl.recovery.bookie_recovery import names_any
+
+    layout = client.layout
+    ledgers = layout.read_ledgers(layout.ledger_ids())
+    still = {b for _, md in ledgers for b in bookies if names_any(md, frozenset({b}))}
+    for bookie in bookies:
+        if bookie in still:
+            message(f"bkctl: cookie of {bookie} kept: some ledger still names it")
+            continue
+        try:
+            layout.delete_cookie(bookie)
+            message(f"cookie of {bookie} deleted")
+        except NotFoundError:
+            pass
+
+
+class Progress:
+    """One line on a terminal's stderr, rewritten at most 4 times a second."""
+
+    def __init__(self) -> None:
+        self._shown = 0.0
+        self._start = time.monotonic()
+
+    def __call__(self, report: RecoveryReport) -> None:
+        now = time.monotonic()
+        if now - self._shown < 0.25 and report.ledgers_done < report.ledgers_total:
+            return
+        self._shown = now
+        elapsed = max(now - self._start, 1e-6)
+        rate = report.copied.bytes / elapsed
+        left = report.ledgers_total - report.ledgers_done
+        eta = elapsed / report.ledgers_done * left if report.ledgers_done else 0
+        sys.stderr.write(
+            f"\rledgers {report.ledgers_done}/{report.ledgers_total}  entries {report.copied.entries}  "
+            f"{report.copied.bytes / 1e6:.1f} MB  {rate / 1e6:.1f} MB/s  ETA {eta:.0f} s  "
+        )
+        sys.stderr.flush()
+
+    def done(self) -> None:
+        sys.stderr.write("\n")
+
+
+def _render(document: dict[str, Any], fmt: OutputFormat) -> None:
+    if fmt is OutputFormat.json:
+        write_json(document)
+        return
+    plan = document["plan"]
+    summary = {k: v for k, v in document.items() if k != "plan"}
+    write_mapping(summary, fmt)
+    if plan:
+        write_rows(plan, PLAN_COLUMNS, fmt)
+
+
+def _raise_for(report: RecoveryReport, skip_unrecoverable: bool) -> None:
+    failed = [s for s in report.ledgers_skipped if "--skip-open-ledgers" not in s["reason"]]
+    for skipped in failed:
+        message(f"bkctl: ledger {skipped['ledger_id']} not recovered: {skipped['reason']}")
+    for lost in report.ledgers_unrecoverable:
+        ranges = ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in lost["entries"])
+        message(f"bkctl: ledger {lost['ledger_id']}: no surviving copy of entries {ranges}")
+    problems = len(failed) + (0 if skip_unrecoverable else len(report.ledgers_unrecoverable))
+    if problems:
+        raise ProblemsFound(f"{problems} ledger(s) not fully recovered (listed above); the others were")
+
+
+# --- ledger check / ledger recover ---------------------------------------------------------------------
+
+CHECK_COLUMNS = (
+    Column("segment", "SEGMENT", numeric=True),
+    Column("first_entry_id", "FIRST", numeric=True),
+    Column("last_entry_id", "LAST", numeric=True),
+    Column("bookie", "BOOKIE"),
+    Column("state", "STATE"),
+    Column("entries", "BAD ENTRIES"),
+)
+
+
+@ledger_app.command("check")
+def ledger_check(
+    ledger_id: Annotated[int, typer.Argument(help="Ledger id.", min=0)],
+    full: Annotated[bool, typer.Option("--full", help="Read every entry (default: first and last).")] = False,
+    metadata: MetadataOption = None,
+    output: OutputOption = None,
+) -> None:
+    """Whether each fragment's bookie holds its entries; exit 3 when a replica is missing."""
+    fmt = resolve(output)
+
+    async def work(client: Client) -> list[dict[str, Any]]:
+        return [_check_row(s) for s in await _checked(client, ledger_id, full)]
+
+    rows = run_client(metadata, work)
+    if fmt is OutputFormat.json:
+        write_json({"ledger_id": ledger_id, "fragments": rows})
+    else:
+        write_rows(rows, CHECK_COLUMNS, fmt)
+    bad = [r for r in rows if r["state"] != "ok"]
+    if bad:
+        raise ProblemsFound(f"ledger {ledger_id}: {len(bad)} fragment(s) under-replicated")
+
+
+async def _checked(client: Client, ledger_id: int, full: bool) -> list[Any]:
+    """Every fragment's state; bookies not registered count as down without a read."""
+    from bkctl.recovery.bookie_recovery import admin_open
+    from bkctl.recovery.checker import check_fragments
+    from bkctl.recovery.fragments import fragments
+
+    handle = await admin_open(client, ledger_id, recovery=False)
+    last = handle.metadata.last_entry_id if handle.is_closed else handle.last_add_confirmed
+    down = await client.in_thread(lambda: _all_ensembles(handle) - _registered(client))
+    return await check_fragments(handle, fragments(ledger_id, handle.metadata, last), full=full, down=down)
+
+
+def _all_ensembles(handle: Any) -> set[str]:
+    return {b for segment in handle.metadata.segments for b in segment.ensemble}
+
+
+def _check_row(state: Any) -> dict[str, Any]:
+    f = state.fragment
+    return {
+        "segment": f.segment,
+        "first_entry_id": f.first_entry_id,
+        "last_entry_id": f.last_entry_id,
+        "bookie": f.bookie,
+        "state": state.state,
+        "entries": state.entries,
+    }
+
+
+@ledger_app.command("recover")
+def ledger_recover(
+    ledger_id: Annotated[int, typer.Argument(help="Ledger id.", min=0)],
+    target: Annotated[
+        str | None, typer.Option("--target", help="Bookie to copy to (default: placement).")
+    ] = None,
+    full: Annotated[bool, typer.Option("--full", help="Check every entry, not first and last.")] = False,
+    metadata: MetadataOption = None,
+    output: OutputOption = None,
+) -> None:
+    """Re-replicate one ledger's missing replicas (found by `ledger check`) and swap in new bookies."""
+    from bkctl.recovery.bookie_recovery import RecoveryOptions
+
+    fmt = resolve(output)
+
+    async def work(client: Client) -> RecoveryReport:
+        from bkctl.recovery.bookie_recovery import BookieRecovery
+
+        states = await _checked(client, ledger_id, full)
+        failed = tuple(dict.fromkeys(s.fragment.bookie for s in states if not s.ok))
+        options = RecoveryOptions(failed, target, ledger=ledger_id, parallel=1)
+        if not failed:
+            from bkctl.recovery.bookie_recovery import RecoveryReport
+
+            return RecoveryReport([], target, False)
+        return await BookieRecovery(client, options).run()
+
+    report = run_client(metadata, work)
+    _render(report.as_dict(), fmt)
+    _raise_for(report, False)
+
+
+# --- bookie decommission -------------------------------------------------------------------------------
+
+DECOMMISSION_WAIT_S = 600.0
+
+
+@bookie_app.command("decommission")
+def bookie_decommission(
+    bookie: Annotated[str, typer.Argument(help="The bookie to retire (host:port); it must be stopped.")],
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Do not ask for confirmation on a terminal.")
+    ] = False,
+    metadata: MetadataOption = None,
+    output: OutputOption = None,
+) -> None:
+    """Retire a stopped bookie: recover its ledgers onto the others, wait until no ensemble and no
+    under-replication mark names it (bounded), then delete its cookie."""
+    from bkctl.recovery.bookie_recovery import RecoveryOptions
+
+    fmt = resolve(output)
+    if not yes and sys.stdin.isatty():
+        confirm(f"Decommission bookie {bookie}?", declined="nothing done", needs_yes="decommission")
+    options = RecoveryOptions((bookie,))
+
+    async def work(client: Client) -> RecoveryReport:
+        report = await _run(client, options, force=False, delete_cookie=False)
+        await _wait_unreferenced(client, bookie)
+        await client.in_thread(_delete_cookies, client, (bookie,))
+        return report
+
+    report = run_client(metadata, work)
+    _render(report.as_dict(), fmt)
+    _raise_for(report, False)
+
+
+async def _wait_unreferenced(client: Client, bookie: str) -> None:
+    """Until no ledger's ensemble and no under-replication mark names `bookie` (autorecovery may be
+    repairing marks at the same time); TimeoutError_ after DECOMMISSION_WAIT_S."""
+    from twisted.internet import task
+
+    from bkctl.errors import TimeoutError_
+    from bkctl.recovery.bookie_recovery import ledgers_naming
+
+    deadline = time.monotonic() + DECOMMISSION_WAIT_S
+    while True:
+        named = await ledgers_naming(client, frozenset({bookie}), None)
+        marks = await client.in_thread(
+            lambda: [
+                e.ledger_id for e in client.layout.underreplicated_ledgers() if bookie in e.mark.replicas
+            ]
+        )
+        if not named and not marks:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError_(f"bookie {bookie} still named by ledgers {named} and marks {marks}")
+        message(f"waiting: {len(named)} ledger(s) and {len(marks)} mark(s) still name {bookie}")
+        await task.deferLater(client.reactor, 2.0, lambda: None)

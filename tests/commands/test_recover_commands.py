@@ -1,0 +1,123 @@
+"""`bkctl recover`, `ledger check|recover` and `bookie decommission` as an operator's script runs them,
+against a `sandbox --processes --no-restart` whose bookie is killed -9 (BookieShellTest's recover
+matrix, BookieRecoveryTest, BookieDecommissionTest)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bkctl.errors import ExitCode
+from tests.commands.sandbox_proc import Sandbox, bkctl
+from tests.commands.test_sandbox_supervision import bookie_pids, until
+
+pytestmark = pytest.mark.slow
+
+
+class Dead:
+    def __init__(self, uri: str, bookie: str, ledgers: dict[str, int], sandbox: Sandbox) -> None:
+        self.uri, self.bookie, self.ledgers, self.sandbox = uri, bookie, ledgers, sandbox
+
+    def run(self, *args: str) -> tuple[int, str, str]:
+        done = bkctl(*args, metadata=self.uri)
+        return done.returncode, done.stdout, done.stderr
+
+
+@pytest.fixture(scope="module")
+def dead(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dead]:
+    base = tmp_path_factory.mktemp("recover")
+    sandbox = Sandbox(base / "sb", "--processes", "--no-restart", "--bookies", "5", "--base-port", "0")
+    try:
+        ready = sandbox.wait_ready()
+        uri = str(ready["metadata_uri"])
+        ledgers = {}
+        for name, args in {
+            "closed": ["--entries", "600", "--size", "100"],
+            "closed2": ["--entries", "300", "-E", "4", "-Qw", "3", "-Qa", "2"],
+            "single_copy": ["--entries", "40", "-E", "4", "-Qw", "1", "-Qa", "1"],
+            "open": ["--entries", "50", "-E", "4", "-Qw", "4", "-Qa", "3", "--no-close"],
+        }.items():
+            done = bkctl("ledger", "write", *args, "-o", "json", metadata=uri)
+            ledgers[name] = json.loads(done.stdout)["ledger_id"]
+        # The victim holds part of the single-copy ledger and of the open one's last ensemble.
+        ensembles = [
+            set(json.loads(bkctl("ledger", "inspect", str(ledgers[n]), "-o", "json", metadata=uri).stdout)
+                ["segments"][-1]["ensemble"])
+            for n in ("single_copy", "open")
+        ]  # fmt: skip
+        victim = sorted(ensembles[0] & ensembles[1])[0]
+        os.kill(bookie_pids(base / "sb")[int(victim.rsplit(":", 1)[1])], signal.SIGKILL)
+        yield Dead(uri, victim, ledgers, sandbox)
+    finally:
+        assert sandbox.stop(signal.SIGINT) == 0
+
+
+def test_1_recover_refuses_a_registered_bookie(dead: Dead) -> None:
+    # Its session outlives it for a while: the bookie still looks alive, and recover says so.
+    code, out, err = dead.run("recover", dead.uri, dead.bookie, "-o", "json")
+    if code == ExitCode.CONFLICT:
+        assert out == "" and "is registered: it is alive" in err
+    until(lambda: dead.bookie not in dead.run("bookie", "list", "-o", "plain")[1], "its session expired")
+
+
+def test_2_dry_run_prints_the_plan_and_changes_nothing(dead: Dead, tmp_path: Path) -> None:
+    before = [dead.run("ledger", "inspect", str(i), "-o", "json")[1] for i in dead.ledgers.values()]
+    plan_file = tmp_path / "plan.json"
+    code, out, err = dead.run(
+        "recover", dead.uri, dead.bookie, "--dry-run", "--plan-out", str(plan_file), "-o", "json"
+    )
+    assert code == 0, err
+    report = json.loads(out)
+    assert report["dry_run"] is True and report["entries_copied"] == 0 and report["plan"]
+    assert all(
+        dead.bookie in s["old_ensemble"] and dead.bookie not in s["new_ensemble"] for s in report["plan"]
+    )
+    assert json.loads(plan_file.read_text()) == report["plan"]
+    after = [dead.run("ledger", "inspect", str(i), "-o", "json")[1] for i in dead.ledgers.values()]
+    assert before == after
+
+
+def test_3_recover_then_every_replica_is_there(dead: Dead) -> None:
+    code, out, err = dead.run("recover", dead.uri, dead.bookie, "-o", "json")
+    report = json.loads(out)
+    names_it = [
+        i
+        for i in dead.ledgers.values()
+        if dead.bookie in dead.run("ledger", "inspect", str(i), "-o", "json")[1]
+    ]
+    single = dead.ledgers["single_copy"]
+    # The Qw=1 ledger lost the entries that were only on the dead bookie: exit 3, named with ranges.
+    assert code == ExitCode.PROBLEMS_FOUND, err
+    assert [u["ledger_id"] for u in report["ledgers_unrecoverable"]] == [single]
+    assert f"ledger {single}: no surviving copy of entries" in err
+    assert names_it == [single]
+    for name in ("closed", "closed2", "open"):
+        ledger = str(dead.ledgers[name])
+        code, out, err = dead.run("ledger", "check", ledger, "--full", "-o", "json")
+        assert code == 0 and all(f["state"] == "ok" for f in json.loads(out)["fragments"]), (name, out, err)
+    info = json.loads(dead.run("ledger", "inspect", str(dead.ledgers["open"]), "-o", "json")[1])
+    assert info["state"] == "CLOSED" and info["last_entry_id"] == 49  # fenced and closed first
+    # With --skip-unrecoverable the same report is a success; everything else is done: nothing copied.
+    code, out, _ = dead.run("recover", dead.uri, dead.bookie, "--skip-unrecoverable", "-o", "json")
+    assert code == 0 and json.loads(out)["entries_copied"] == 0
+
+
+def test_4_ledger_check_finds_the_lost_replica(dead: Dead) -> None:
+    code, out, _ = dead.run("ledger", "check", str(dead.ledgers["single_copy"]), "-o", "json")
+    assert code == ExitCode.PROBLEMS_FOUND
+    states = {f["bookie"]: f["state"] for f in json.loads(out)["fragments"]}
+    assert states[dead.bookie] == "bookie_down"
+
+
+def test_5_decommission_waits_for_the_last_reference(dead: Dead) -> None:
+    # Drop the unrecoverable ledger (its data is gone), then retire the bookie: cookie deleted.
+    assert dead.run("ledger", "delete", str(dead.ledgers["single_copy"]), "--yes")[0] == 0
+    code, _, err = dead.run("bookie", "decommission", dead.bookie, "-o", "json")
+    assert code == 0, err
+    assert f"cookie of {dead.bookie} deleted" in err
+    assert dead.bookie not in dead.run("bookie", "list", "--all", "-o", "plain")[1]
