@@ -113,6 +113,11 @@ def recover(
             needs_yes="recover",
         )
     report = run_client(metadata, lambda client: _run(client, options, force, delete_cookie))
+    if report.target_overrides:
+        message(
+            f"bkctl: {report.target_overrides} segment(s) already had {target} in their ensemble: "
+            "another bookie was chosen there"
+        )
     document = report.as_dict()
     if plan_out is not None:
         plan_out.write_text(json.dumps([step.as_dict() for step in report.plan], indent=1) + "\n")
@@ -121,9 +126,18 @@ def recover(
 
 
 async def _run(client: Client, options: Any, force: bool, delete_cookie: bool) -> RecoveryReport:
-    from bkctl.recovery.bookie_recovery import BookieRecovery
+    from bkctl.recovery.bookie_recovery import BookieRecovery, ledgers_naming
 
-    registered = await client.in_thread(_registered, client)
+    registered, known = await client.in_thread(lambda: (_registered(client), _known(client)))
+    unknown = [b for b in options.failed if b not in known]
+    if unknown:
+        from bkctl.errors import NotFoundError
+
+        named = await ledgers_naming(client, frozenset(unknown), options.ledger)
+        if not named:
+            raise NotFoundError(
+                f"no cookie and no ledger names bookie {', '.join(unknown)}: nothing to recover"
+            )
     alive = [b for b in options.failed if b in registered]
     if alive and not force:
         raise ConflictError(
@@ -152,6 +166,10 @@ def _watch_stop(reactor: Any, stop: Any, run: Any) -> None:
         run.stop()
     elif not run.stopping:
         reactor.callLater(0.1, _watch_stop, reactor, stop, run)
+
+
+def _known(client: Client) -> set[str]:
+    return set(client.layout.cookie_bookies())
 
 
 def _registered(client: Client) -> set[str]:

@@ -82,6 +82,7 @@ class RecoveryReport:
     copied: CopyStats = field(default_factory=CopyStats)
     started: float = field(default_factory=time.monotonic)
     ledgers_done: int = 0
+    target_overrides: int = 0  # segments where the target could not go (already there): placement chose
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -232,10 +233,16 @@ class BookieRecovery:
         return steps
 
     def _targets(self, ensemble: Sequence[str], count: int, available: list[str]) -> list[str]:
-        if self.options.target is not None:
-            if count > 1 or self.options.target in ensemble:
-                raise UsageError(
-                    f"target {self.options.target} cannot take {count} place(s) in ensemble {list(ensemble)}"
-                )
-            return [self.options.target]
-        return placement.place_ensemble(available, count, {*ensemble, *self.failed}, self.client.rng)
+        """The target for each failed place: the given one where it fits (not already in the ensemble,
+        once per segment), placement for the rest (said on stderr by the command: `target_overrides`)."""
+        chosen: list[str] = []
+        target = self.options.target
+        if target is not None and target not in ensemble:
+            chosen.append(target)
+        if len(chosen) < count:
+            if target is not None:
+                self.report.target_overrides += 1
+            chosen += placement.place_ensemble(
+                available, count - len(chosen), {*ensemble, *self.failed, *chosen}, self.client.rng
+            )
+        return chosen

@@ -121,3 +121,9 @@ def test_5_decommission_waits_for_the_last_reference(dead: Dead) -> None:
     assert code == 0, err
     assert f"cookie of {dead.bookie} deleted" in err
     assert dead.bookie not in dead.run("bookie", "list", "--all", "-o", "plain")[1]
+
+
+def test_6_unknown_bookie_is_not_found(dead: Dead) -> None:
+    code, out, err = dead.run("recover", dead.uri, "10.9.9.9:3181", "-o", "json")
+    assert code == ExitCode.NOT_FOUND and out == ""
+    assert "no cookie and no ledger names bookie 10.9.9.9:3181: nothing to recover" in err

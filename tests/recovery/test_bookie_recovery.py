@@ -167,3 +167,22 @@ async def test_checker_tells_missing_from_down(tmp_path: Path) -> None:
         assert (state.state, state.entries) == (MISSING, list(frags[0].entries()))
     finally:
         await cluster.stop()
+
+
+@twisted_test
+async def test_target_already_in_an_ensemble_gets_another_bookie_there(tmp_path: Path) -> None:
+    cluster = await Cluster(tmp_path).start(4)
+    try:
+        client = cluster.client(seed=9)
+        lh = await bounded(client.create_ledger(3, 2, 2, password=PW))
+        await bounded(lh.add_many(payloads(10)))
+        await bounded(lh.close())
+        await cluster.add_bookie()
+        dead = lh.ensemble[0]
+        await bounded(cluster.bookie(dead).stop())
+        busy = lh.ensemble[1]  # a target that is already in the ensemble
+        report = await bounded(BookieRecovery(client, RecoveryOptions((dead,), target=busy)).run())
+        assert report.ledgers_recovered == 1 and report.target_overrides == 1
+        await assert_fully_replicated(cluster, lh.ledger_id, {dead})
+    finally:
+        await cluster.stop()
