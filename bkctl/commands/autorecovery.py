@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
+import socket
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from bkctl.commands.options import MetadataOption, Problems, open_layout
 from bkctl.commands.output import OutputOption, message, resolve, write_mapping
-from bkctl.errors import NotFoundError
+from bkctl.errors import BkctlError, NotFoundError
 
 app = typer.Typer(
     help="Autorecovery: status, enable/disable, auditor, lost bookie delay.", no_args_is_help=True
@@ -123,3 +127,69 @@ def trigger_audit(metadata: MetadataOption = None) -> None:
         message("bkctl: warning: no auditor is running: the audit runs when one is elected")
     else:
         message(f"audit triggered (auditor {auditor})")
+
+
+@app.command("start")
+def start(
+    metadata: MetadataOption = None,
+    bookie_id: Annotated[
+        str | None,
+        typer.Option("--bookie-id", help="The bookie this daemon runs beside: copies go there (as Java's)."),
+    ] = None,
+    conf: Annotated[
+        Path | None, typer.Option("--conf", "-c", help="A bk_server.conf: the autorecovery keys are read.")
+    ] = None,
+    parallel: Annotated[int, typer.Option("--parallel", min=1, max=64, help="Ledgers repaired at once.")] = 4,
+) -> None:
+    """Run an autorecovery daemon in the foreground (BookKeeper's AutoRecoveryMain) until SIGTERM/Ctrl-C:
+    a vote for auditor, the auditor while elected, and a replication worker."""
+    from bkctl.commands.options import metadata_choice
+
+    properties = _conf_properties(conf)
+    uri = metadata_choice(metadata or properties.get("metadataServiceUri"))
+    daemon_id = bookie_id or f"{socket.gethostname()}:{os.getpid()}"
+    run_daemon(uri, daemon_id, bookie_id, properties, parallel)
+
+
+def _conf_properties(conf: Path | None) -> dict[str, str]:
+    if conf is None:
+        return {}
+    from bkctl.server.config import read_properties_file
+
+    return read_properties_file(conf)
+
+
+def run_daemon(
+    uri: str, daemon_id: str, local_bookie: str | None, properties: dict[str, str], parallel: int
+) -> None:
+    """The reactor until SIGTERM / Ctrl-C; a daemon that cannot start exits with its error's code."""
+    from twisted.internet import reactor as the_reactor
+
+    from bkctl.commands.options import open_layout
+    from bkctl.recovery.config import daemon_config
+    from bkctl.recovery.daemon import autorecovery_daemon
+
+    reactor: Any = the_reactor
+    auditor_config, worker_config = daemon_config(properties, parallel=parallel)
+    logging.getLogger("bkctl.recovery").setLevel(logging.INFO)  # a daemon says what it does
+    failure: list[BaseException] = []
+    with open_layout(uri) as layout:
+        daemon = autorecovery_daemon(
+            layout, reactor, daemon_id, local_bookie=local_bookie,
+            auditor_config=auditor_config, worker_config=worker_config,
+        )  # fmt: skip
+
+        def failed(reason: Any) -> None:
+            failure.append(reason.value)
+            reactor.stop()
+
+        reactor.callWhenRunning(
+            lambda: daemon.start().addCallbacks(
+                lambda _: message(f"autorecovery daemon {daemon_id} running on {uri}"), failed
+            )
+        )
+        reactor.addSystemEventTrigger("before", "shutdown", daemon.stop)
+        reactor.run()
+    if failure:
+        raise failure[0] if isinstance(failure[0], BkctlError) else BkctlError(str(failure[0]))
+    message(f"autorecovery daemon {daemon_id} stopped")

@@ -109,6 +109,13 @@ def start(
     port_file: Annotated[
         Path | None, typer.Option("--port-file", help="Write the bound port here once serving (for scripts).")
     ] = None,
+    autorecovery: Annotated[
+        bool,
+        typer.Option(
+            "--autorecovery",
+            help="Also run an autorecovery daemon in this process (autoRecoveryDaemonEnabled).",
+        ),
+    ] = False,
 ) -> None:
     """Run a bookie in the foreground until SIGTERM or Ctrl-C (then flush, checkpoint, unregister)."""
     config = _config(
@@ -125,13 +132,22 @@ def start(
         bindAddress=bind,
     )
     uri = _metadata_uri(metadata, config)
-    bookie_log = logging.getLogger("bkctl.bookie")
-    if bookie_log.getEffectiveLevel() > logging.INFO:
-        bookie_log.setLevel(logging.INFO)  # a server logs what it does; -v adds debug
-    _run(config, uri, port_file)
+    for name in ("bkctl.bookie", "bkctl.recovery"):
+        server_log = logging.getLogger(name)
+        if server_log.getEffectiveLevel() > logging.INFO:
+            server_log.setLevel(logging.INFO)  # a server logs what it does; -v adds debug
+    properties = _properties(conf)
+    with_daemon = autorecovery or properties.get("autoRecoveryDaemonEnabled", "").strip().lower() == "true"
+    _run(config, uri, port_file, properties if with_daemon else None)
 
 
-def _run(config: BookieConfig, uri: str, port_file: Path | None) -> None:
+def _properties(conf: Path | None) -> dict[str, str]:
+    from bkctl.server.config import read_properties_file
+
+    return read_properties_file(conf) if conf is not None else {}
+
+
+def _run(config: BookieConfig, uri: str, port_file: Path | None, autorecovery: dict[str, str] | None) -> None:
 
     from twisted.internet import reactor as the_reactor
 
@@ -141,8 +157,11 @@ def _run(config: BookieConfig, uri: str, port_file: Path | None) -> None:
 
     service = BookieService(config, uri, reactor)
     failure: list[BaseException] = []
+    daemon: list[Any] = []
 
     def serving(_: object) -> None:
+        if autorecovery is not None:
+            daemon.append(_start_daemon(service, reactor, autorecovery, failed))
         freeze_heap()  # the heap built so far (config, metadata, caches) lives as long as the bookie
         if port_file is not None:
             port_file.write_text(f"{service.port}\n")
@@ -158,14 +177,34 @@ def _run(config: BookieConfig, uri: str, port_file: Path | None) -> None:
     def begin() -> None:
         service.start().addCallbacks(serving, failed)
 
+    def stop() -> Any:
+        from twisted.internet import defer
+
+        stopping = daemon[0].stop() if daemon else defer.succeed(None)
+        return stopping.addBoth(lambda _: service.stop())
+
     reactor.callWhenRunning(begin)
-    reactor.addSystemEventTrigger("before", "shutdown", service.stop)
+    reactor.addSystemEventTrigger("before", "shutdown", stop)
     reactor.run()
     if failure:
         error = failure[0]
         if isinstance(error, BkctlError | KeyboardInterrupt):
             raise error
         raise BkctlError(f"bookie failed to start: {type(error).__name__}: {error}") from error
+
+
+def _start_daemon(service: Any, reactor: Any, properties: dict[str, str], failed: Any) -> Any:
+    """Autorecovery beside the bookie, on its metadata session; copies go to this bookie (as Java's)."""
+    from bkctl.recovery.config import daemon_config
+    from bkctl.recovery.daemon import autorecovery_daemon
+
+    auditor_config, worker_config = daemon_config(properties)
+    daemon = autorecovery_daemon(
+        service.layout, reactor, service.bookie_id, local_bookie=service.bookie_id,
+        auditor_config=auditor_config, worker_config=worker_config,
+    )  # fmt: skip
+    daemon.start().addErrback(failed)
+    return daemon
 
 
 # --- format -------------------------------------------------------------------------------------------

@@ -36,8 +36,11 @@ def default_data_dir() -> Path:
 
 def sandbox(
     bookies: Annotated[
-        int, typer.Option("--bookies", "-n", min=1, max=limits.SANDBOX_BOOKIES_MAX, help="Bookies.")
-    ] = 3,
+        int | None,
+        typer.Option(
+            "--bookies", "-n", min=1, max=limits.SANDBOX_BOOKIES_MAX, help="Bookies (default 3; --demo: 4)."
+        ),
+    ] = None,
     data_dir: Annotated[
         Path | None,
         typer.Option(
@@ -73,6 +76,9 @@ def sandbox(
     demo: Annotated[
         bool, typer.Option("--demo", help="Write, read back, check and fence a ledger, print it, stop.")
     ] = False,
+    no_autorecovery: Annotated[
+        bool, typer.Option("--no-autorecovery", help="Do not run an autorecovery daemon for the cluster.")
+    ] = False,
     no_restart: Annotated[
         bool,
         typer.Option("--no-restart", help="With --processes: leave a bookie that dies down (say so only)."),
@@ -89,7 +95,10 @@ def sandbox(
     port = base_port if base_port is not None else (0 if demo else DEFAULT_BASE_PORT)
     root.mkdir(parents=True, exist_ok=True)
     _init_cluster(uri)
-    _Sandbox(root, uri, bookies, port, fmt, demo, processes, restart=not no_restart).run()
+    count = bookies if bookies is not None else (4 if demo else 3)
+    sandbox = _Sandbox(root, uri, count, port, fmt, demo, processes, restart=not no_restart)
+    sandbox.autorecovery = not no_autorecovery
+    sandbox.run()
 
 
 def _init_cluster(uri: str) -> None:
@@ -118,6 +127,9 @@ class _Sandbox:
         self.root, self.uri, self.count, self.base_port = root, uri, count, base_port
         self.fmt, self.demo, self.restart = fmt, demo, restart
         self.supervisor: Any = None
+        self.autorecovery = True
+        self.daemon: Any = None
+        self.daemon_store: Any = None
         self.services: list[BookieService] = []
         self.processes = processes
         self.children: list[Any] = []
@@ -159,6 +171,8 @@ class _Sandbox:
                 self.services.append(await self._start_bookie(index))
         ids = self.child_ids or [str(s.bookie_id) for s in self.services]
         self._announce(ids)
+        if self.autorecovery:
+            await self._start_autorecovery()
         if self.children:
             from bkctl.commands.sandbox_procs import Supervisor
 
@@ -167,10 +181,36 @@ class _Sandbox:
         if self.demo:
             from bkctl.commands.sandbox_demo import run_demo
 
-            await run_demo(self.reactor, self.uri, self.fmt)
+            await run_demo(self.reactor, self.uri, self.fmt, self._kill_bookie if self.autorecovery else None)
             self.reactor.stop()
         else:
             message("sandbox running; Ctrl-C stops it")
+
+    async def _start_autorecovery(self) -> None:
+        """One autorecovery daemon for the cluster, in this process (BookieKeeper's AutoRecoveryMain)."""
+        from twisted.internet import threads
+
+        from bkctl.metadata.layout import Layout
+        from bkctl.metadata.store import open_store
+        from bkctl.recovery.daemon import autorecovery_daemon
+        from bkctl.recovery.worker import WorkerConfig
+
+        self.daemon_store = await threads.deferToThread(open_store, self.uri)
+        # A sandbox is for seeing it work: an open ledger's writer gets 5 s, not Java's 30.
+        config = WorkerConfig(open_ledger_grace_s=5.0, poll_interval_s=0.5)
+        self.daemon = autorecovery_daemon(
+            Layout(self.daemon_store), self.reactor, "sandbox-autorecovery", worker_config=config
+        )
+        await self.daemon.start()
+        message("autorecovery running (an auditor and a replication worker; --no-autorecovery: none)")
+
+    async def _kill_bookie(self, bookie_id: str) -> None:
+        """The demo's dead machine: the bookie goes away (in-process: stopped; a child: SIGKILL)."""
+        for child in self.children:
+            if child.bookie_id == bookie_id:
+                child.proc.kill()
+                return
+        await next(s for s in self.services if s.bookie_id == bookie_id).stop()
 
     async def _start_bookie(self, index: int) -> BookieService:
         from bkctl.server.config import load_config
@@ -202,14 +242,16 @@ class _Sandbox:
         write_mapping({"data_dir": str(self.root), "bookies": ",".join(ids)}, self.fmt)
 
     def _stop_all(self) -> Any:
-        from twisted.internet import defer
+        from twisted.internet import defer, threads
 
         if self.supervisor is not None:
             self.supervisor.stop()  # before the children get SIGTERM: their exits are no deaths
-        stopping = defer.gatherResults([s.stop() for s in self.services], consumeErrors=True)
+        # The daemon first: it would take the bookies going away for failures to repair.
+        stopping = self.daemon.stop() if self.daemon is not None else defer.succeed(None)
+        if self.daemon_store is not None:
+            stopping.addBoth(lambda _: threads.deferToThread(self.daemon_store.close))
+        stopping.addBoth(lambda _: defer.gatherResults([s.stop() for s in self.services], consumeErrors=True))
         if self.children:
-            from twisted.internet import threads
-
             from bkctl.commands.sandbox_procs import stop_children
 
             stopping.addBoth(lambda _: threads.deferToThread(stop_children, self.children))

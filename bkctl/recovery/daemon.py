@@ -43,6 +43,7 @@ class AutorecoveryDaemon:
         self._published: dict[str, Any] | None = None
         self._rate_mark = (time.monotonic(), 0)  # (when, bytes copied then): for bytes_per_s
         self.bytes_per_s = 0.0
+        self.client: Any = None  # the ledger client of the repairs, closed at stop (see start_daemon)
 
     @inlineCallbacks
     def start(self) -> Any:
@@ -59,6 +60,8 @@ class AutorecoveryDaemon:
             self._publisher.stop()
         yield self.election.stop()  # withdraws the vote first: another daemon audits at once
         yield self.worker.stop()
+        if self.client is not None:
+            yield self.client.close()
         log.info("autorecovery daemon %s stopped", self.daemon_id)
 
     def _elected(self) -> None:
@@ -127,3 +130,24 @@ class AutorecoveryDaemon:
 
 STATUS_INTERVAL_S = 2.0
 RATE_WINDOW_S = 5.0
+
+
+def autorecovery_daemon(
+    layout: Layout,
+    reactor: Any,
+    daemon_id: str,
+    *,
+    local_bookie: str | None = None,
+    auditor_config: AuditorConfig | None = None,
+    worker_config: WorkerConfig | None = None,
+) -> AutorecoveryDaemon:
+    """A daemon repairing with recovery's checker and replicator through its own ledger client."""
+    from bkctl.client.ledger import Client
+    from bkctl.recovery.repair import LedgerRepairer
+
+    client = Client(layout, reactor)
+    daemon = AutorecoveryDaemon(
+        layout, reactor, daemon_id, LedgerRepairer(client, local_bookie), auditor_config, worker_config
+    )
+    daemon.client = client
+    return daemon

@@ -1,0 +1,73 @@
+"""The replication worker's repair of one marked ledger, on the manual recovery's code.
+
+A mark names the bookies the auditor found lost. Those that are registered again are not lost any more
+(BookKeeper re-replicated ledgers whose bookies had come back, and kept their marks: here the mark just
+goes). For the others the ledger's fragments are copied and swapped as `bkctl recover` does, to this
+daemon's bookie when it runs beside one (as Java's worker does) or wherever placement says. An open
+ledger whose last ensemble lost a bookie is left to its writer: the worker fences it after its grace
+period and asks again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from twisted.internet import defer
+from twisted.internet.defer import Deferred
+
+from bkctl.errors import NotFoundError
+from bkctl.recovery.bookie_recovery import BookieRecovery, RecoveryOptions, admin_open
+from bkctl.recovery.replicator import format_ranges
+from bkctl.recovery.worker import RepairOutcome
+
+if TYPE_CHECKING:
+    from bkctl.client.ledger import Client
+
+OPEN_SKIP = "--skip-open-ledgers"
+
+
+class LedgerRepairer:
+    def __init__(self, client: Client, local_bookie: str | None = None) -> None:
+        self.client, self.local_bookie = client, local_bookie
+
+    def repair(self, ledger_id: int, missing: tuple[str, ...]) -> Deferred[RepairOutcome]:
+        return defer.ensureDeferred(self._repair(ledger_id, missing))
+
+    def fence(self, ledger_id: int) -> Deferred[Any]:
+        return defer.ensureDeferred(admin_open(self.client, ledger_id, recovery=True))
+
+    async def _repair(self, ledger_id: int, missing: tuple[str, ...]) -> RepairOutcome:
+        layout = self.client.layout
+        if not await self.client.in_thread(_exists, layout, ledger_id):
+            return RepairOutcome(replicated=False, deleted=True)
+        registered = await self.client.in_thread(
+            lambda: set(layout.bookies()) | set(layout.bookies(readonly=True))
+        )
+        lost = tuple(b for b in missing if b not in registered)
+        if not lost:
+            return RepairOutcome(replicated=True, detail="every bookie of the mark is back")
+        target = self.local_bookie if self.local_bookie not in lost else None
+        options = RecoveryOptions(lost, target, ledger=ledger_id, parallel=1, skip_open=True)
+        report = await BookieRecovery(self.client, options).run()
+        outcome = RepairOutcome(
+            replicated=True, entries_copied=report.copied.entries, bytes_copied=report.copied.bytes
+        )
+        if any(OPEN_SKIP in s["reason"] for s in report.ledgers_skipped):
+            return replace(outcome, replicated=False, open_tail_missing=True)
+        if report.ledgers_unrecoverable:
+            runs = report.ledgers_unrecoverable[0]["entries"]
+            entries = [e for first, last in runs for e in range(first, last + 1)]
+            detail = f"no surviving copy of entries {format_ranges(entries)}"
+            return replace(outcome, replicated=False, unrecoverable=True, detail=detail)
+        if report.ledgers_skipped:
+            return replace(outcome, replicated=False, detail=str(report.ledgers_skipped[0]["reason"]))
+        return outcome
+
+
+def _exists(layout: Any, ledger_id: int) -> bool:
+    try:
+        layout.read_ledger(ledger_id)
+    except NotFoundError:
+        return False
+    return True

@@ -1,0 +1,71 @@
+"""Autorecovery end to end against real bookies (BookieAutoRecoveryTest, TestReplicationWorker): a
+bookie goes, the auditor marks its ledgers, the worker copies them, the marks go, every entry is on every
+bookie of its write set, and no ensemble names the lost bookie. Nothing typed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from twisted.internet import reactor
+
+from bkctl.metadata.layout import Layout
+from bkctl.recovery.daemon import autorecovery_daemon
+from bkctl.recovery.worker import WorkerConfig
+from tests.client.cluster import Cluster, bounded, sleep
+from tests.client.test_ledger import PW, payloads
+from tests.recovery.test_bookie_recovery import assert_fully_replicated, write_ledgers
+from tests.server_net.live import in_thread, twisted_test
+
+WAIT_S = 30.0
+FAST = WorkerConfig(
+    parallel=4, poll_interval_s=0.1, open_ledger_grace_s=0.5, backoff_start_s=0.5, backoff_max_s=2
+)
+
+
+async def until(predicate: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> None:
+    for _ in range(int(timeout_s / 0.1)):
+        if await in_thread(predicate):
+            return
+        await sleep(0.1)
+    raise AssertionError(f"not within {timeout_s} s: {what}")
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "zookeeper"])
+@twisted_test
+async def test_a_lost_bookie_heals_with_nothing_typed(
+    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    uri = request.getfixturevalue("zk_chroot") if backend == "zookeeper" else None
+    cluster = await Cluster(tmp_path, uri).start(4)
+    assert cluster.store is not None
+    daemon = autorecovery_daemon(Layout(cluster.store), reactor, "ar-1", worker_config=FAST)
+    await bounded(daemon.start())
+    try:
+        ids = await write_ledgers(cluster, 4, 100)
+        writer = await bounded(cluster.client(seed=21).create_ledger(3, 3, 2, password=PW))
+        await bounded(writer.add_many(payloads(30)))  # open, its writer "crashed"
+        victim = writer.ensemble[0]
+        await bounded(cluster.bookie(victim).stop())
+        layout = cluster.layout
+        assert layout is not None
+
+        def healed() -> bool:
+            marks = list(layout.underreplicated_ids())
+            named = [
+                i
+                for i, md in layout.read_ledgers(layout.ledger_ids())
+                if any(victim in s.ensemble for s in md.segments)
+            ]
+            return not marks and not named
+
+        await until(healed, "no mark left and no ensemble naming the lost bookie")
+        for ledger_id in [*ids, writer.ledger_id]:
+            await assert_fully_replicated(cluster, ledger_id, {victim})
+        status = daemon.status()
+        assert status["ledgers_replicated"] >= 1 and status["auditor"] and victim in status["lost_bookies"]
+    finally:
+        await bounded(daemon.stop())
+        await cluster.stop()
