@@ -1,0 +1,100 @@
+"""Autorecovery as processes: `sandbox --processes` heals a kill -9'd bookie with nothing typed,
+`bkctl autorecovery start` and `bookie start --autorecovery` join the election and stop on SIGTERM
+(AutoRecoveryMainTest, BookieAutoRecoveryTest)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.commands.sandbox_proc import Sandbox, bkctl
+from tests.commands.test_sandbox_supervision import bookie_pids, until
+from tests.conftest import REPO
+from tests.server_net.live import BookieProcess
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_killed_bookie_heals_with_nothing_typed(tmp_path: Path) -> None:
+    sandbox = Sandbox(tmp_path / "sb", "--processes", "--no-restart", "--bookies", "4", "--base-port", "0")
+    try:
+        uri = str(sandbox.wait_ready()["metadata_uri"])
+        written = json.loads(
+            bkctl("ledger", "write", "--entries", "500", "--size", "200", "-o", "json", metadata=uri).stdout
+        )
+        ledger = str(written["ledger_id"])
+        victim = json.loads(bkctl("ledger", "inspect", ledger, "-o", "json", metadata=uri).stdout)[
+            "segments"
+        ][0]["ensemble"][0]
+        os.kill(bookie_pids(tmp_path / "sb")[int(victim.rsplit(":", 1)[1])], signal.SIGKILL)
+
+        def healed() -> bool:
+            info = json.loads(bkctl("ledger", "inspect", ledger, "-o", "json", metadata=uri).stdout)
+            marks = bkctl("underreplicated", "list", "--count", "-o", "json", metadata=uri).stdout
+            return victim not in info["segments"][0]["ensemble"] and json.loads(marks)["count"] == 0
+
+        until(healed, "the ledger healed")  # the killed bookie's session expires first (10 s)
+        check = bkctl("ledger", "check", ledger, "--full", "-o", "json", metadata=uri)
+        assert check.returncode == 0, check.stdout + check.stderr
+        status = json.loads(bkctl("autorecovery", "status", "-o", "json", metadata=uri).stdout)
+        assert status["daemons"] and status["daemons"][0]["ledgers_replicated"] >= 1
+    finally:
+        assert sandbox.stop(signal.SIGINT) == 0
+
+
+def test_autorecovery_start_and_bookie_start_autorecovery_join_the_election(tmp_path: Path) -> None:
+    sandbox = Sandbox(tmp_path / "sb", "--no-autorecovery", "--bookies", "1", "--base-port", "0")
+    daemon = None
+    bookie = None
+    try:
+        uri = str(sandbox.wait_ready()["metadata_uri"])
+        command = ["autorecovery", "start", "--metadata", uri, "--bookie-id", "10.0.0.9:3181"]
+        daemon = subprocess.Popen([sys.executable, "-m", "bkctl", *command], cwd=REPO, text=True)
+        until(
+            lambda: (
+                json.loads(
+                    bkctl("autorecovery", "whoisauditor", "-o", "json", metadata=uri).stdout or "{}"
+                ).get("auditor")
+                == "10.0.0.9:3181"
+            ),
+            "elected",
+        )
+        bookie = BookieProcess(
+            [
+                "-p",
+                "0",
+                "-j",
+                str(tmp_path / "b/j"),
+                "-l",
+                str(tmp_path / "b/l"),
+                "--metadata",
+                uri,
+                "--autorecovery",
+            ]
+        )
+        bookie_id, _ = bookie.wait_serving()
+        # The daemon goes: the bookie's daemon, next in line, becomes the auditor at once.
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(30) == 0
+        until(
+            lambda: (
+                json.loads(
+                    bkctl("autorecovery", "whoisauditor", "-o", "json", metadata=uri).stdout or "{}"
+                ).get("auditor")
+                == bookie_id
+            ),
+            "re-elected",
+        )
+        assert bookie.terminate() == 0
+    finally:
+        if daemon is not None and daemon.poll() is None:
+            daemon.kill()
+        if bookie is not None:
+            bookie.kill()
+        assert sandbox.stop(signal.SIGINT) == 0
