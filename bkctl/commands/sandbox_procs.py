@@ -33,8 +33,8 @@ RESTARTS_PER_MINUTE_MAX = 5
 class BookieChild:
     """One bookie process on `base`'s directories; `argv` restarts it the same way."""
 
-    def __init__(self, base: Path, port: int, uri: str) -> None:
-        self.base, self.port, self.uri = base, port, uri
+    def __init__(self, base: Path, port: int, uri: str, extra: tuple[str, ...] = ()) -> None:
+        self.base, self.port, self.uri, self.extra = base, port, uri, extra
         self.port_file = base / "port"
         base.mkdir(parents=True, exist_ok=True)
         self.log_path = base / "bookie.log"
@@ -51,6 +51,7 @@ class BookieChild:
             "--journal-dir", str(self.base / "journal"),
             "--ledger-dir", str(self.base / "ledgers"),
             "--metadata", self.uri,
+            *self.extra,
         ]  # fmt: skip
 
     @property
@@ -166,12 +167,14 @@ class Supervisor:
         self._starting.add(child)
 
 
-def start_children(root: Path, uri: str, count: int, base_port: int) -> tuple[list[BookieChild], list[str]]:
+def start_children(
+    root: Path, uri: str, count: int, base_port: int, extra: tuple[str, ...] = ()
+) -> tuple[list[BookieChild], list[str]]:
     children: list[BookieChild] = []
     try:
         for index in range(1, count + 1):
             port = 0 if base_port == 0 else base_port + index - 1
-            children.append(BookieChild(root / f"bookie-{index}", port, uri))
+            children.append(BookieChild(root / f"bookie-{index}", port, uri, extra))
         deadline = time.monotonic() + START_WAIT_S
         ids = [child.wait_serving(deadline) for child in children]
     except BaseException:

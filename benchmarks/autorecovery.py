@@ -1,0 +1,100 @@
+"""Autorecovery after a kill -9, as issue 12 sets it up: time to healed, with nothing typed.
+
+3 bookie processes, each with its autorecovery daemon (`bkctl bookie start --autorecovery`, SQLite
+metadata, session timeout 10 s as Java's), write LEDGERS closed ledgers (E=3, Qw=2, Qa=2); a spare fourth
+bookie (with its daemon) starts; lostBookieRecoveryDelay is 0; one of the three is killed -9. Measured
+from this process, polling the metadata every 50 ms: kill -> first under-replication mark -> healed (no
+mark left and no ensemble naming the dead bookie).
+
+    python benchmarks/autorecovery.py                        # 64 KiB and 1 KiB entries, 20 ledgers
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks.recover import bkctl, write_ledgers  # noqa: E402
+from bkctl.commands.sandbox_procs import BookieChild, start_children, stop_children  # noqa: E402
+from bkctl.metadata.layout import Layout  # noqa: E402
+from bkctl.metadata.store import open_store  # noqa: E402
+
+DAEMON = ("--autorecovery",)
+LIMIT_S = 600.0
+
+
+def state(layout: Layout, dead: str) -> tuple[int, int]:
+    """(marks, ledgers whose ensembles name the dead bookie)."""
+    marks = sum(1 for _ in layout.underreplicated_ids())
+    named = sum(
+        1
+        for _, md in layout.read_ledgers(layout.ledger_ids())
+        if any(dead in segment.ensemble for segment in md.segments)
+    )
+    return marks, named
+
+
+def run(size: int, ledgers: int, total_mb: float) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(dir=REPO / "benchmarks") as tmp:
+        root = Path(tmp)
+        uri = f"sqlite://{root / 'metadata.db'}"
+        with open_store(uri) as store:
+            Layout(store).init_cluster()
+            Layout(store).set_lost_bookie_recovery_delay(0)
+        children, ids = start_children(root, uri, 3, 0, DAEMON)
+        try:
+            write_ledgers(uri, ledgers, size, total_mb)
+            spare = BookieChild(root / "bookie-spare", 0, uri, DAEMON)
+            children.append(spare)
+            spare.wait_serving(time.monotonic() + 30)
+            with open_store(uri) as store:
+                layout = Layout(store)
+                killed = time.monotonic()
+                children[0].proc.send_signal(signal.SIGKILL)
+                first_mark = None
+                while time.monotonic() - killed < LIMIT_S:
+                    marks, named = state(layout, ids[0])
+                    if marks and first_mark is None:
+                        first_mark = time.monotonic()
+                    if not marks and not named:
+                        break
+                    time.sleep(0.05)
+                healed = time.monotonic()
+            time.sleep(2.5)  # the daemons publish their status every 2 s
+            status = json.loads(bkctl(uri, "autorecovery", "status", "-o", "json").stdout)
+        finally:
+            stop_children(children)
+    copied = sum(d.get("bytes_copied", 0) for d in status["daemons"])
+    mark_to_healed = healed - (first_mark or healed)
+    return {
+        "entry_size": size,
+        "ledgers": ledgers,
+        "mb_copied": round(copied / 1e6, 1),
+        "kill_to_healed_s": round(healed - killed, 2),
+        "mark_to_healed_s": round(mark_to_healed, 2),
+        "mb_per_s_after_mark": round(copied / 1e6 / mark_to_healed, 1) if mark_to_healed > 0 else None,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="65536,1024", help="entry sizes, comma-separated")
+    parser.add_argument("--ledgers", type=int, default=20)
+    parser.add_argument("--mb", type=float, default=0, help="MB written in all (default: as Java's run)")
+    args = parser.parse_args()
+    for size in (int(s) for s in args.sizes.split(",")):
+        total = args.mb or (1074 if size >= 65536 else 200)
+        print(json.dumps(run(size, args.ledgers, total)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
