@@ -70,6 +70,17 @@ def _root(
         ),
     ] = None,
     output: OutputOption = None,
+    metadata_timeout_ms: Annotated[
+        int | None,
+        typer.Option(
+            "--metadata-timeout",
+            min=0,
+            max=3_600_000,
+            help="How long (ms) a metadata operation rides through a lost ZooKeeper connection or session "
+            "before it fails (default 120000; env BKCTL_METADATA_TIMEOUT_MS).",
+            show_default=False,
+        ),
+    ] = None,
     version: Annotated[
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
@@ -80,6 +91,8 @@ def _root(
         os.environ["BKCTL_METADATA"] = metadata
     if output is not None:
         os.environ["BKCTL_OUTPUT"] = output.value
+    if metadata_timeout_ms is not None:
+        os.environ["BKCTL_METADATA_TIMEOUT_MS"] = str(metadata_timeout_ms)
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(
         level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -54,6 +54,12 @@ METADATA_MULTI_OPS_MAX: Final = 1000
 METADATA_SESSION_TIMEOUT_MS: Final = 10_000
 METADATA_SESSION_TIMEOUT_MS_MIN: Final = 100
 METADATA_SESSION_TIMEOUT_MS_MAX: Final = 600_000
+# An operation that meets a lost connection or session is retried until this deadline (a ZooKeeper
+# pause longer than every session timeout must not fail a healthy command), backing off 0.1 s .. 2 s.
+METADATA_RETRY_DEADLINE_MS: Final = 120_000
+METADATA_RETRY_DEADLINE_MS_MAX: Final = 3_600_000
+METADATA_RETRY_BACKOFF_START_MS: Final = 100
+METADATA_RETRY_BACKOFF_MAX_MS: Final = 2_000
 METADATA_CONNECT_TIMEOUT_MS: Final = 5_000
 # get_many(): ZooKeeper reads in flight at once (pipelined on one connection), and paths per SQLite
 # `WHERE path IN (...)` query (SQLite allows 32,766 parameters; smaller chunks keep the store's lock short).

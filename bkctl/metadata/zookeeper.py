@@ -51,6 +51,7 @@ from bkctl.errors import (
     UnavailableError,
     UsageError,
 )
+from bkctl.metadata.retry import RetryPolicy, retrying
 from bkctl.metadata.store import (
     CallbackSet,
     ChildrenCallback,
@@ -70,6 +71,7 @@ from bkctl.metadata.store import (
     check_version,
     join,
     log,
+    name_of,
     parent_of,
     run_callback,
     validate_path,
@@ -234,9 +236,11 @@ class ZooKeeperStore(MetadataStore):
         *,
         session_timeout_ms: int = limits.METADATA_SESSION_TIMEOUT_MS,
         connect_timeout_ms: int = limits.METADATA_CONNECT_TIMEOUT_MS,
+        retry: RetryPolicy | None = None,
     ) -> None:
         quiet_kazoo_logging()
         self.hosts = hosts
+        self.retry = retry or RetryPolicy.from_env()
         check_session_timeout(session_timeout_ms)
         # A request waits through a reconnection within the session, not longer.
         self._op_timeout_s = (session_timeout_ms + connect_timeout_ms) / 1000
@@ -293,6 +297,12 @@ class ZooKeeperStore(MetadataStore):
 
     # --- operations ---
 
+    def _retrying(
+        self, what: str, attempt: Callable[[], T], applied: Callable[[], T | None] | None = None
+    ) -> T:
+        """Ride through a lost connection or session (bkctl.metadata.retry)."""
+        return retrying(what, attempt, self.retry, is_closed=lambda: self._closed, applied=applied)
+
     def create(
         self,
         path: str,
@@ -305,16 +315,56 @@ class ZooKeeperStore(MetadataStore):
         validate_path(path)
         data = check_data(data)
         self._check_open()
-        result = self._client.create_async(
-            path, data, ephemeral=ephemeral, sequence=sequential, makepath=make_parents
-        )
-        return str(self._wait(result, path, creating=True))
+        tried = [False]
+
+        def attempt() -> str:
+            if tried[0] and sequential and ephemeral:
+                mine = self._my_sequential(path, data)
+                if mine is not None:  # the try before the outage reached the server
+                    return mine
+            tried[0] = True
+            result = self._client.create_async(
+                path, data, ephemeral=ephemeral, sequence=sequential, makepath=make_parents
+            )
+            return str(self._wait(result, path, creating=True))
+
+        def applied() -> str | None:
+            node = self._node_if_mine(path, data, ephemeral)
+            return None if sequential or node is None else path
+
+        return self._retrying(f"create {path}", attempt, applied)
+
+    def _node_if_mine(self, path: str, data: bytes, ephemeral: bool) -> Stat | None:
+        """The node's Stat if it holds `data` (and, when ephemeral, belongs to this session)."""
+        try:
+            found, stat = self.get(path)
+        except NotFoundError:
+            return None
+        if found != data or (ephemeral and stat.ephemeral_owner != self.session_id):
+            return None
+        return stat
+
+    def _my_sequential(self, path: str, data: bytes) -> str | None:
+        """An ephemeral-sequential node of this session created from `path` with `data`, if any."""
+        parent, prefix = parent_of(path), name_of(path)
+        try:
+            names = [n for n in self.children(parent) if n.startswith(prefix)]
+        except NotFoundError:
+            return None
+        for name in names:
+            if self._node_if_mine(join(parent, name), data, ephemeral=True) is not None:
+                return join(parent, name)
+        return None
 
     def get(self, path: str) -> tuple[bytes, Stat]:
         validate_path(path)
         self._check_open()
-        data, zstat = self._wait(self._client.get_async(path), path)
-        return bytes(data), _stat(zstat)
+
+        def attempt() -> tuple[bytes, Stat]:
+            data, zstat = self._wait(self._client.get_async(path), path)
+            return bytes(data), _stat(zstat)
+
+        return self._retrying(f"get {path}", attempt)
 
     def get_many(self, paths: Sequence[str]) -> list[tuple[bytes, Stat] | None]:
         """multiRead requests of MULTI_READ_PATHS paths, pipelined; pipelined gets on ZooKeeper < 3.6.
@@ -406,14 +456,26 @@ class ZooKeeperStore(MetadataStore):
     def exists(self, path: str) -> Stat | None:
         validate_path(path)
         self._check_open()
-        zstat = self._wait(self._client.exists_async(path), path)
-        return None if zstat is None else _stat(zstat)
+
+        def attempt() -> Stat | None:
+            zstat = self._wait(self._client.exists_async(path), path)
+            return None if zstat is None else _stat(zstat)
+
+        return self._retrying(f"exists {path}", attempt)
 
     def set(self, path: str, data: bytes, version: int = -1) -> Stat:
         validate_path(path)
         data, version = check_data(data), check_version(version)
         self._check_open()
-        return _stat(self._wait(self._client.set_async(path, data, version), path))
+
+        def attempt() -> Stat:
+            return _stat(self._wait(self._client.set_async(path, data, version), path))
+
+        def applied() -> Stat | None:
+            stat = self._node_if_mine(path, data, ephemeral=False)
+            return stat if stat is not None and version in (-1, stat.version - 1) else None
+
+        return self._retrying(f"set {path}", attempt, applied)
 
     def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
         validate_path(path)
@@ -428,7 +490,13 @@ class ZooKeeperStore(MetadataStore):
             if version not in (-1, stat.version):
                 raise BadVersionError(f"metadata node {path} is at version {stat.version}, not {version}")
             self._delete_descendants(path)
-        self._wait(self._client.delete_async(path, version), path)
+
+        def attempt() -> bool:
+            self._wait(self._client.delete_async(path, version), path)
+            return True
+
+        # After an outage, a node gone is our own delete that reached the server before it.
+        self._retrying(f"delete {path}", attempt, lambda: True if self.exists(path) is None else None)
 
     def _delete_descendants(self, path: str) -> None:
         """Delete everything below `path`, deepest level first, pipelining each level."""
@@ -459,7 +527,8 @@ class ZooKeeperStore(MetadataStore):
     def children(self, path: str) -> list[str]:
         validate_path(path)
         self._check_open()
-        return sorted(self._wait(self._client.get_children_async(path), path))
+        attempt = lambda: sorted(self._wait(self._client.get_children_async(path), path))  # noqa: E731
+        return self._retrying(f"children {path}", attempt)
 
     def multi(self, ops: Sequence[Op]) -> list[OpResult]:
         checked = check_ops(ops)

@@ -1,0 +1,115 @@
+"""Issue 18: ZooKeeper paused past every session timeout (SIGSTOP, as a long GC pause or an election
+does) never fails a healthy operation. A dedicated ZooKeeper (the session one keeps serving the rest)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bkctl.metadata.retry import RetryPolicy
+from bkctl.metadata.zk_server import ZooKeeperServer
+from bkctl.metadata.zookeeper import ZooKeeperStore
+from bkctl.model import LedgerState
+from tests.client.cluster import Cluster, bounded, sleep
+from tests.client.test_ledger import PW, payloads
+from tests.server_net.live import in_thread, twisted_test
+
+SESSION_MS = 1000  # the server's tick is 200 ms: sessions of 0.4-4 s
+PAUSE_S = 3.0  # longer than every session timeout: each session expires
+POLICY = RetryPolicy(deadline_ms=30_000, backoff_start_ms=50, backoff_max_ms=500)
+
+
+@pytest.fixture(scope="module")
+def zk() -> Iterator[ZooKeeperServer]:
+    server = ZooKeeperServer(tick_ms=200)
+    try:
+        server.start()
+    except Exception as exc:  # a test that cannot run its server fails, it does not skip
+        pytest.fail(f"the outage test's ZooKeeper did not start: {exc}")
+    yield server
+    server.stop()
+
+
+class Paused:
+    """SIGSTOP the server now, SIGCONT it after `seconds` from a thread (bounded, always resumed)."""
+
+    def __init__(self, server: ZooKeeperServer, seconds: float) -> None:
+        assert server.pid is not None
+        self.pid = server.pid
+        os.kill(self.pid, signal.SIGSTOP)
+        self.timer = threading.Timer(seconds, os.kill, (self.pid, signal.SIGCONT))
+        self.timer.start()
+
+    def join(self) -> None:
+        self.timer.join()
+
+
+def test_operations_issued_during_a_pause_complete_after_it(zk: ZooKeeperServer) -> None:
+    with ZooKeeperStore(zk.hosts, session_timeout_ms=SESSION_MS, retry=POLICY) as store:
+        store.create("/outage-a", b"1")
+        first_session = store.session_id
+        pause = Paused(zk, PAUSE_S)
+        started = time.monotonic()
+        store.set("/outage-a", b"2", version=0)  # waits through the pause and the session's expiry
+        store.create("/outage-b", b"x")
+        path = store.create("/outage-v-", b"vote", ephemeral=True, sequential=True)
+        pause.join()
+        assert time.monotonic() - started >= PAUSE_S - 0.5
+        assert store.get("/outage-a")[0] == b"2" and store.get("/outage-a")[1].version == 1
+        assert store.get("/outage-b")[0] == b"x"
+        assert store.children("/").count(path.rsplit("/", 1)[1]) == 1  # created once
+        # Created once, whatever the retries: one vote.
+        assert [n for n in store.children("/") if n.startswith("outage-v-")] == [path.rsplit("/", 1)[1]]
+        assert store.session_id != first_session  # the session expired and a new one took its place
+
+
+def test_a_deadline_bounds_the_wait(zk: ZooKeeperServer) -> None:
+    short = RetryPolicy(deadline_ms=1000, backoff_start_ms=50, backoff_max_ms=200)
+    with ZooKeeperStore(zk.hosts, session_timeout_ms=SESSION_MS, retry=short) as store:
+        pause = Paused(zk, PAUSE_S)
+        started = time.monotonic()
+        try:
+            with pytest.raises(Exception) as raised:
+                store.get("/")
+        finally:
+            pause.join()
+        assert getattr(raised.value, "exit_code", None) == 6
+        assert time.monotonic() - started < PAUSE_S + 1
+
+
+@twisted_test
+async def test_a_writer_rides_through_a_pause_during_its_adds_and_its_close(
+    zk: ZooKeeperServer, tmp_path: Path
+) -> None:
+    """The trial's scenario: adds need no metadata and go on; the close waits for ZooKeeper."""
+    admin = ZooKeeperStore(zk.hosts)
+    chroot = f"/writer-{os.getpid()}-{int(time.time() * 1000)}"
+    admin.create(chroot)
+    admin.close()
+    os.environ["BKCTL_METADATA_TIMEOUT_MS"] = "30000"
+    try:
+        cluster = await Cluster(tmp_path, zk.hosts + chroot).start(3)
+        try:
+            writer = await bounded(cluster.client().create_ledger(3, 2, 2, password=PW))
+            await bounded(writer.add_many(payloads(100)))
+            pause = Paused(zk, PAUSE_S)
+            await bounded(writer.add_many(payloads(100)))  # no metadata needed
+            closing = writer.close()
+            await sleep(0.5)
+            assert not closing.called  # waiting for ZooKeeper, not failed
+            await bounded(closing, 30)
+            await in_thread(pause.join)
+            md = (await in_thread(cluster.layout.read_ledger, writer.ledger_id)).value  # type: ignore[union-attr]
+            assert (md.state, md.last_entry_id) == (LedgerState.CLOSED, 199)
+            reader = await bounded(cluster.client(seed=3).open_ledger(writer.ledger_id, PW))
+            assert len(await bounded(reader.read(0, 199))) == 200
+        finally:
+            await cluster.stop()
+    finally:
+        os.environ.pop("BKCTL_METADATA_TIMEOUT_MS", None)
