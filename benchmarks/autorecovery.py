@@ -11,7 +11,6 @@ mark left and no ensemble naming the dead bookie).
 
 from __future__ import annotations
 
-import argparse
 import json
 import signal
 import sys
@@ -23,7 +22,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.recover import bkctl, write_ledgers  # noqa: E402
+from benchmarks.recover import bkctl, main_of, write_ledgers  # noqa: E402
 from bkctl.commands.sandbox_procs import BookieChild, start_children, stop_children  # noqa: E402
 from bkctl.metadata.layout import Layout  # noqa: E402
 from bkctl.metadata.store import open_store  # noqa: E402
@@ -86,14 +85,7 @@ def run(size: int, ledgers: int, total_mb: float) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="65536,1024", help="entry sizes, comma-separated")
-    parser.add_argument("--ledgers", type=int, default=20)
-    parser.add_argument("--mb", type=float, default=0, help="MB written in all (default: as Java's run)")
-    args = parser.parse_args()
-    for size in (int(s) for s in args.sizes.split(",")):
-        total = args.mb or (1074 if size >= 65536 else 200)
-        print(json.dumps(run(size, args.ledgers, total)), flush=True)
+    main_of(run, __doc__ or "")
 
 
 if __name__ == "__main__":

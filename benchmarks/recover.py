@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -97,8 +98,9 @@ def run(size: int, ledgers: int, total_mb: float) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main_of(run_one: Callable[[int, int, float], dict[str, Any]], doc: str) -> None:
+    """The command line of this benchmark and of autorecovery.py: one JSON line per entry size."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--sizes", default="65536,1024", help="entry sizes, comma-separated")
     parser.add_argument("--ledgers", type=int, default=20)
     parser.add_argument("--mb", type=float, default=0, help="MB written in all (default: as Java's run)")
@@ -106,7 +108,11 @@ def main() -> None:
     for size in (int(s) for s in args.sizes.split(",")):
         # Java's run: 716 MB copied at 64 KiB, 133 MB at 1 KiB; written = copied * 3 / 2 (Qw 2 of E 3).
         total = args.mb or (1074 if size >= 65536 else 200)
-        print(json.dumps(run(size, args.ledgers, total)), flush=True)
+        print(json.dumps(run_one(size, args.ledgers, total)), flush=True)
+
+
+def main() -> None:
+    main_of(run, __doc__ or "")
 
 
 if __name__ == "__main__":

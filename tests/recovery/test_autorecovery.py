@@ -4,9 +4,7 @@ bookie of its write set, and no ensemble names the lost bookie. Nothing typed.""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 from twisted.internet import reactor
@@ -14,23 +12,15 @@ from twisted.internet import reactor
 from bkctl.metadata.layout import Layout
 from bkctl.recovery.daemon import autorecovery_daemon
 from bkctl.recovery.worker import WorkerConfig
-from tests.client.cluster import Cluster, bounded, sleep
+from tests.client.cluster import Cluster, bounded
 from tests.client.test_ledger import PW, payloads
 from tests.recovery.test_bookie_recovery import assert_fully_replicated, write_ledgers
-from tests.server_net.live import in_thread, twisted_test
+from tests.recovery.test_daemon import until
+from tests.server_net.live import twisted_test
 
-WAIT_S = 30.0
 FAST = WorkerConfig(
     parallel=4, poll_interval_s=0.1, open_ledger_grace_s=0.5, backoff_start_s=0.5, backoff_max_s=2
 )
-
-
-async def until(predicate: Callable[[], Any], what: str, timeout_s: float = WAIT_S) -> None:
-    for _ in range(int(timeout_s / 0.1)):
-        if await in_thread(predicate):
-            return
-        await sleep(0.1)
-    raise AssertionError(f"not within {timeout_s} s: {what}")
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "zookeeper"])

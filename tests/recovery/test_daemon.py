@@ -26,12 +26,13 @@ FAST = WorkerConfig(
 )
 
 
-async def until(predicate: Callable[[], Any], timeout_s: float = WAIT_S) -> None:
+async def until(predicate: Callable[[], Any], what: str = "condition", timeout_s: float = WAIT_S) -> None:
+    """Poll a blocking `predicate` (off the reactor) every 50 ms until it holds; bounded."""
     for _ in range(int(timeout_s / 0.05)):
         if await in_thread(predicate):
             return
         await sleep(0.05)
-    raise AssertionError("condition not reached in time")
+    raise AssertionError(f"not reached within {timeout_s} s: {what}")
 
 
 class Recorder:
