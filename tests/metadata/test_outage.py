@@ -113,3 +113,37 @@ async def test_a_writer_rides_through_a_pause_during_its_adds_and_its_close(
             await cluster.stop()
     finally:
         os.environ.pop("BKCTL_METADATA_TIMEOUT_MS", None)
+
+
+@twisted_test
+async def test_an_ensemble_change_and_a_recovery_open_wait_for_zookeeper(
+    zk: ZooKeeperServer, tmp_path: Path
+) -> None:
+    """A bookie fails while ZooKeeper is paused: the ensemble change waits for it, then the write goes
+    on; a recovery open started during a pause completes after it."""
+    admin = ZooKeeperStore(zk.hosts)
+    chroot = f"/change-{os.getpid()}-{int(time.time() * 1000)}"
+    admin.create(chroot)
+    admin.close()
+    os.environ["BKCTL_METADATA_TIMEOUT_MS"] = "30000"
+    try:
+        cluster = await Cluster(tmp_path, zk.hosts + chroot).start(4)
+        try:
+            writer = await bounded(cluster.client().create_ledger(3, 2, 2, password=PW))
+            await bounded(writer.add_many(payloads(50)))
+            victim = cluster.bookie(writer.ensemble[0])
+            pause = Paused(zk, PAUSE_S)
+            await bounded(victim.stop(), 30)  # its unregistration waits for ZooKeeper too
+            await bounded(writer.add_many(payloads(50)), 30)  # the ensemble change waited, then went on
+            await in_thread(pause.join)
+            assert victim.bookie_id not in writer.ensemble
+            # A second pause during a recovery open by another client.
+            pause = Paused(zk, PAUSE_S)
+            reader = await bounded(cluster.client(seed=5).open_ledger(writer.ledger_id, PW), 30)
+            await in_thread(pause.join)
+            assert reader.is_closed and reader.last_add_confirmed == 99
+            assert len(await bounded(reader.read(0, 99))) == 100
+        finally:
+            await cluster.stop()
+    finally:
+        os.environ.pop("BKCTL_METADATA_TIMEOUT_MS", None)
