@@ -36,6 +36,7 @@ from bkctl.errors import (
     UnavailableError,
     UsageError,
 )
+from bkctl.metadata.retry import RetryPolicy
 from bkctl.metadata.store import (
     SEQUENTIAL_FORMAT,
     CallbackSet,
@@ -549,8 +550,9 @@ class SqliteStore(MetadataStore):
     ) -> None:
         self.path = Path(path)
         self.session_timeout_ms = check_session_timeout(session_timeout_ms)
-        # The busy timeout bounds how long one operation waits for another process's write lock.
-        self.busy_timeout_ms = max(connect_timeout_ms, 1)
+        # The busy timeout bounds how long one operation waits for another process's write lock: the
+        # metadata retry deadline, as a ZooKeeper outage (bkctl.metadata.retry), never less than connecting.
+        self.busy_timeout_ms = max(connect_timeout_ms, RetryPolicy.from_env().deadline_ms, 1)
         self._open_file(create_dirs)
         self._lock = threading.Lock()
         self._closed = threading.Event()

@@ -92,9 +92,21 @@ class ZooKeeperServer:
         self.stop()
         raise UnavailableError(f"ZooKeeper did not start in {timeout_s:.0f} s: {self.log_tail()}")
 
-    def _launch(self, java: str, deadline: float) -> bool:
+    def restart(self, down_s: float = 0.0, timeout_s: float = START_TIMEOUT_S) -> None:
+        """kill -9, stay down `down_s` (the port refuses connections), start again on the same port and
+        data directory: the sessions and nodes of before are still there."""
+        assert self._proc is not None and self.directory is not None
+        self._proc.kill()
+        self._proc.wait(STOP_TIMEOUT_S)
+        time.sleep(down_s)
+        java = shutil.which(self.java)
+        assert java is not None
+        if not self._launch(java, time.monotonic() + timeout_s, port=self.port):
+            raise UnavailableError(f"ZooKeeper did not restart in {timeout_s:.0f} s: {self.log_tail()}")
+
+    def _launch(self, java: str, deadline: float, port: int = 0) -> bool:
         assert self.directory is not None
-        self.port = free_port()
+        self.port = port or free_port()
         config = self.directory / "zoo.cfg"
         data_dir = self.directory / "data"
         data_dir.mkdir(exist_ok=True)

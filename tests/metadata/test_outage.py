@@ -147,3 +147,23 @@ async def test_an_ensemble_change_and_a_recovery_open_wait_for_zookeeper(
             await cluster.stop()
     finally:
         os.environ.pop("BKCTL_METADATA_TIMEOUT_MS", None)
+
+
+def test_zookeeper_killed_and_restarted_on_its_data_directory() -> None:
+    """kill -9, the port refusing connections for 2 s, then ZooKeeper back on the same data: the
+    sessions of before survive (ZooKeeper keeps them), and operations issued meanwhile complete."""
+    with (
+        ZooKeeperServer(tick_ms=200) as server,
+        ZooKeeperStore(server.hosts, session_timeout_ms=4000, retry=POLICY) as store,
+    ):
+        store.create("/restart", b"0")
+        done: list[object] = []
+        restarting = threading.Thread(target=server.restart, args=(2.0,))
+        restarting.start()
+        time.sleep(0.5)  # down now: the port refuses connections
+        done.append(store.set("/restart", b"1", version=0))
+        done.append(store.create("/restart-b", b"b"))
+        restarting.join(60)
+        assert store.get("/restart") == (b"1", store.get("/restart")[1])
+        assert store.get("/restart")[1].version == 1 and store.exists("/restart-b") is not None
+        assert len(done) == 2
