@@ -547,12 +547,13 @@ class SqliteStore(MetadataStore):
         create_dirs: bool = False,
         watch_poll_ms: int = limits.SQLITE_WATCH_POLL_MS,
         reap_interval_ms: int = limits.SQLITE_REAP_INTERVAL_MS,
+        retry: RetryPolicy | None = None,
     ) -> None:
         self.path = Path(path)
         self.session_timeout_ms = check_session_timeout(session_timeout_ms)
         # The busy timeout bounds how long one operation waits for another process's write lock: the
         # metadata retry deadline, as a ZooKeeper outage (bkctl.metadata.retry), never less than connecting.
-        self.busy_timeout_ms = max(connect_timeout_ms, RetryPolicy.from_env().deadline_ms, 1)
+        self.busy_timeout_ms = max(connect_timeout_ms, (retry or RetryPolicy.from_env()).deadline_ms, 1)
         self._open_file(create_dirs)
         self._lock = threading.Lock()
         self._closed = threading.Event()

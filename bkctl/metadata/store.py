@@ -36,6 +36,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from bkctl import limits
 from bkctl.errors import NodeExistsError, NotFoundError, UsageError
+from bkctl.metadata.retry import RetryPolicy
 
 log = logging.getLogger("bkctl.metadata")
 
@@ -479,8 +480,12 @@ def open_store(
     *,
     session_timeout_ms: int = limits.METADATA_SESSION_TIMEOUT_MS,
     connect_timeout_ms: int = limits.METADATA_CONNECT_TIMEOUT_MS,
+    retry: RetryPolicy | None = None,
 ) -> MetadataStore:
-    """Open the store a metadata URI names; UnavailableError (one line) if it cannot be reached in time."""
+    """Open the store a metadata URI names; UnavailableError (one line) if it cannot be reached in time.
+
+    `retry`: how operations ride through outages (default: RetryPolicy.from_env(), docs/metadata.md).
+    """
     location = parse_metadata_uri(uri) if isinstance(uri, str) else uri
     check_session_timeout(session_timeout_ms)
     if location.backend == "sqlite":
@@ -492,9 +497,13 @@ def open_store(
             session_timeout_ms=session_timeout_ms,
             connect_timeout_ms=connect_timeout_ms,
             create_dirs=location.path == default_sqlite_path(),
+            retry=retry,
         )
     from bkctl.metadata.zookeeper import ZooKeeperStore
 
     return ZooKeeperStore(
-        location.hosts, session_timeout_ms=session_timeout_ms, connect_timeout_ms=connect_timeout_ms
+        location.hosts,
+        session_timeout_ms=session_timeout_ms,
+        connect_timeout_ms=connect_timeout_ms,
+        retry=retry,
     )

@@ -60,6 +60,10 @@ class BookieConfig:
     frame_size_max: int = limits.FRAME_SIZE_MAX
     pending_adds_per_connection_max: int = limits.BOOKIE_PENDING_ADDS_PER_CONNECTION_MAX
     tcp_no_delay: bool = True  # Nagle off on client connections, as BookKeeper's serverTcpNoDelay
+    zk_timeout_ms: int = limits.METADATA_SESSION_TIMEOUT_MS  # zkTimeout: the metadata session timeout
+    zk_retry_backoff_start_ms: int = limits.METADATA_RETRY_BACKOFF_START_MS
+    zk_retry_backoff_max_ms: int = limits.METADATA_RETRY_BACKOFF_MAX_MS
+    metadata_retry_deadline_ms: int | None = None  # None: BKCTL_METADATA_TIMEOUT_MS, else the default
 
     @property
     def effective_index_dirs(self) -> tuple[Path, ...]:
@@ -289,6 +293,17 @@ KEYS: Final[Mapping[str, Setter]] = {
     "diskCheckInterval": _field("disk_check_interval_ms", lambda k, v: _int(k, v, 10, 86_400_000)),
     "nettyMaxFrameSizeBytes": _field("frame_size_max", _frame_size),
     "serverTcpNoDelay": _field("tcp_no_delay", _bool),
+    "zkTimeout": _field(
+        "zk_timeout_ms",
+        lambda k, v: _int(
+            k, v, limits.METADATA_SESSION_TIMEOUT_MS_MIN, limits.METADATA_SESSION_TIMEOUT_MS_MAX
+        ),
+    ),
+    "zkRetryBackoffStartMs": _field("zk_retry_backoff_start_ms", lambda k, v: _int(k, v, 1, 60_000)),
+    "zkRetryBackoffMaxMs": _field("zk_retry_backoff_max_ms", lambda k, v: _int(k, v, 1, 600_000)),
+    "metadataRetryDeadlineMs": _field(
+        "metadata_retry_deadline_ms", lambda k, v: _int(k, v, 0, limits.METADATA_RETRY_DEADLINE_MS_MAX)
+    ),
     "maxPendingAddsPerConnection": _field(
         "pending_adds_per_connection_max", lambda k, v: _int(k, v, 1, 1_000_000)
     ),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from twisted.internet import defer, task, threads
@@ -22,6 +23,7 @@ from twisted.internet.error import CannotListenError
 
 from bkctl.errors import BkctlError, ConflictError, UnavailableError
 from bkctl.metadata.layout import Layout
+from bkctl.metadata.retry import RetryPolicy
 from bkctl.metadata.store import MetadataStore, open_store, parse_metadata_uri
 from bkctl.protocol import metadata_format as mf
 from bkctl.server import cookies
@@ -66,6 +68,16 @@ def storage_config(config: BookieConfig) -> StorageConfig:
     )
 
 
+def retry_policy(config: BookieConfig) -> RetryPolicy:
+    """The bookie's ride through metadata outages: its keys, else the environment's deadline."""
+    deadline = config.metadata_retry_deadline_ms
+    return RetryPolicy(
+        deadline_ms=RetryPolicy.from_env().deadline_ms if deadline is None else deadline,
+        backoff_start_ms=config.zk_retry_backoff_start_ms,
+        backoff_max_ms=config.zk_retry_backoff_max_ms,
+    )
+
+
 class BookieService:
     """A bookie on the reactor. `start()` fires with the service once it serves; `stop()` is idempotent."""
 
@@ -74,7 +86,7 @@ class BookieService:
         config: BookieConfig,
         metadata_uri: str,
         reactor: Any = None,
-        store_opener: Callable[[str], MetadataStore] = open_store,
+        store_opener: Callable[[str], MetadataStore] | None = None,
     ) -> None:
         if reactor is None:
             from twisted.internet import reactor as default_reactor
@@ -83,7 +95,9 @@ class BookieService:
         self.config = config
         self.metadata_uri = metadata_uri
         self._reactor = reactor
-        self._store_opener = store_opener
+        self._store_opener = store_opener or partial(
+            open_store, session_timeout_ms=config.zk_timeout_ms, retry=retry_policy(config)
+        )
         self._storage_config = storage_config(config)  # validate before anything starts
         self.storage: Storage | None = None
         self.factory = BookieFactory(

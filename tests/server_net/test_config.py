@@ -147,3 +147,22 @@ def test_read_properties_file(tmp_path: Path) -> None:
     assert read_properties_file(conf)["bookiePort"] == "3181"
     with pytest.raises(UsageError, match="cannot read"):
         read_properties_file(tmp_path / "missing.conf")
+
+
+def test_metadata_outage_keys() -> None:
+    """Issue 18: the bookie's ride through metadata outages, with Java's key names where they exist."""
+    from bkctl.server.service import retry_policy
+
+    config = load_config(
+        {
+            "zkTimeout": "4000",
+            "zkRetryBackoffStartMs": "50",
+            "zkRetryBackoffMaxMs": "800",
+            "metadataRetryDeadlineMs": "9000",
+        }
+    )
+    assert config.zk_timeout_ms == 4000
+    policy = retry_policy(config)
+    assert (policy.deadline_ms, policy.backoff_start_ms, policy.backoff_max_ms) == (9000, 50, 800)
+    with pytest.raises(UsageError, match="zkTimeout"):
+        load_config({"zkTimeout": "5"})
