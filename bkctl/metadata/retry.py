@@ -24,6 +24,9 @@ from bkctl.errors import ConflictError, NotFoundError, SessionExpiredError, Unav
 log = logging.getLogger("bkctl.metadata")
 T = TypeVar("T")
 DEADLINE_ENV = "BKCTL_METADATA_TIMEOUT_MS"
+# The default deadline, in session timeouts: long enough for a pause that expires every session (a GC
+# pause, a leader election) and the new session after it.
+SESSIONS_PER_DEADLINE = limits.METADATA_RETRY_DEADLINE_MS // limits.METADATA_SESSION_TIMEOUT_MS
 
 
 @dataclass(frozen=True)
@@ -33,10 +36,14 @@ class RetryPolicy:
     backoff_max_ms: int = limits.METADATA_RETRY_BACKOFF_MAX_MS
 
     @classmethod
-    def from_env(cls) -> RetryPolicy:
+    def from_env(cls, session_timeout_ms: int | None = None) -> RetryPolicy:
+        """BKCTL_METADATA_TIMEOUT_MS, else SESSIONS_PER_DEADLINE session timeouts (10 s -> 120 s)."""
         text = os.environ.get(DEADLINE_ENV, "").strip()
         if not text:
-            return cls()
+            if session_timeout_ms is None:
+                return cls()
+            deadline = min(session_timeout_ms * SESSIONS_PER_DEADLINE, limits.METADATA_RETRY_DEADLINE_MS_MAX)
+            return cls(deadline_ms=deadline)
         try:
             deadline = int(text)
         except ValueError:

@@ -553,7 +553,9 @@ class SqliteStore(MetadataStore):
         self.session_timeout_ms = check_session_timeout(session_timeout_ms)
         # The busy timeout bounds how long one operation waits for another process's write lock: the
         # metadata retry deadline, as a ZooKeeper outage (bkctl.metadata.retry), never less than connecting.
-        self.busy_timeout_ms = max(connect_timeout_ms, (retry or RetryPolicy.from_env()).deadline_ms, 1)
+        self.busy_timeout_ms = max(
+            connect_timeout_ms, (retry or RetryPolicy.from_env(session_timeout_ms)).deadline_ms, 1
+        )
         self._open_file(create_dirs)
         self._lock = threading.Lock()
         self._closed = threading.Event()

@@ -240,7 +240,7 @@ class ZooKeeperStore(MetadataStore):
     ) -> None:
         quiet_kazoo_logging()
         self.hosts = hosts
-        self.retry = retry or RetryPolicy.from_env()
+        self.retry = retry or RetryPolicy.from_env(session_timeout_ms)
         check_session_timeout(session_timeout_ms)
         # A request waits through a reconnection within the session, not longer.
         self._op_timeout_s = (session_timeout_ms + connect_timeout_ms) / 1000
