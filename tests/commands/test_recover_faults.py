@@ -1,0 +1,86 @@
+"""Issue 11 faults: the recover process killed -9 mid-run then run again, two recovers of the same
+bookie at once, and a metadata store that cannot be reached (exit 6, nothing written)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bkctl.errors import ExitCode
+from tests.commands.sandbox_proc import Sandbox, bkctl
+from tests.commands.test_sandbox_supervision import bookie_pids, until
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+
+def kill_bookie(root: Path, uri: str, bookie: str) -> None:
+    os.kill(bookie_pids(root)[int(bookie.rsplit(":", 1)[1])], signal.SIGKILL)
+    until(
+        lambda: bookie not in bkctl("bookie", "list", "-o", "plain", metadata=uri).stdout, "session expired"
+    )
+
+
+def recover(uri: str, bookie: str, *args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "bkctl", "recover", uri, bookie, "-o", "json", *args],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def assert_healed(uri: str, ledgers: list[int], dead: set[str]) -> None:
+    for ledger in ledgers:
+        info = json.loads(bkctl("ledger", "inspect", str(ledger), "-o", "json", metadata=uri).stdout)
+        assert not any(b in dead for s in info["segments"] for b in s["ensemble"]), info
+        check = bkctl("ledger", "check", str(ledger), "--full", "-o", "json", metadata=uri)
+        assert check.returncode == 0, check.stdout
+
+
+def test_killed_mid_run_then_again_and_two_at_once(tmp_path: Path) -> None:
+    root = tmp_path / "sb"
+    sandbox = Sandbox(
+        root, "--processes", "--no-restart", "--no-autorecovery", "--bookies", "5", "--base-port", "0"
+    )
+    try:
+        ready = sandbox.wait_ready()
+        uri, bookies = str(ready["metadata_uri"]), list(ready["bookies"])  # type: ignore[call-overload]
+        ledgers = [
+            json.loads(
+                bkctl(
+                    "ledger", "write", "--entries", "3000", "--size", "1000", "-o", "json", metadata=uri
+                ).stdout
+            )["ledger_id"]
+            for _ in range(12)
+        ]
+        kill_bookie(root, uri, bookies[0])
+        slow = recover(uri, bookies[0], "--rate", "1", "--parallel", "1")  # ~1 MB/s: still copying at 2 s
+        time.sleep(2.0)
+        slow.kill()
+        slow.wait(30)
+        again = recover(uri, bookies[0])
+        out, err = again.communicate(timeout=120)
+        assert again.returncode == 0, err
+        assert json.loads(out)["ledgers_recovered"] >= 1
+        assert_healed(uri, ledgers, {bookies[0]})
+        # Two recovers of the next dead bookie at once: each ledger ends repaired once, whoever won.
+        kill_bookie(root, uri, bookies[1])
+        both = [recover(uri, bookies[1]), recover(uri, bookies[1])]
+        for proc in both:
+            out, err = proc.communicate(timeout=120)
+            assert proc.returncode == 0, err
+        assert_healed(uri, ledgers, {bookies[0], bookies[1]})
+    finally:
+        assert sandbox.stop(signal.SIGINT) == 0
+
+
+def test_metadata_store_unreachable_is_exit_6() -> None:
+    done = bkctl("recover", "127.0.0.1:1", "127.0.0.1:3181", "-o", "json")
+    assert done.returncode == ExitCode.UNAVAILABLE and done.stdout == ""
+    assert done.stderr.count("\n") == 1 and "not reachable" in done.stderr
