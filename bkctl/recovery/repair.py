@@ -41,13 +41,14 @@ class LedgerRepairer:
         layout = self.client.layout
         if not await self.client.in_thread(_exists, layout, ledger_id):
             return RepairOutcome(replicated=False, deleted=True)
-        registered = await self.client.in_thread(
-            lambda: set(layout.bookies()) | set(layout.bookies(readonly=True))
-        )
-        lost = tuple(b for b in missing if b not in registered)
+        writable = await self.client.in_thread(layout.bookies)
+        readonly = await self.client.in_thread(lambda: layout.bookies(readonly=True))
+        lost = tuple(b for b in missing if b not in writable and b not in readonly)
         if not lost:
             return RepairOutcome(replicated=True, detail="every bookie of the mark is back")
-        target = self.local_bookie if self.local_bookie not in lost else None
+        # Copies go to our own bookie when it can take them (as Java's worker does), else placement
+        # chooses: a daemon beside a read-only or stopped bookie, or alone, still repairs.
+        target = self.local_bookie if self.local_bookie in writable else None
         options = RecoveryOptions(lost, target, ledger=ledger_id, parallel=1, skip_open=True)
         report = await BookieRecovery(self.client, options).run()
         outcome = RepairOutcome(

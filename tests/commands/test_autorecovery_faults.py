@@ -1,0 +1,97 @@
+"""Issue 12 faults with processes: two autorecovery daemons; a bookie dies; the daemon holding a
+replication lock (and maybe the auditor's role) is killed -9 mid-copy. Its lock and vote go with its
+session; the other daemon finishes: no mark left, no ensemble naming the dead bookie, no ensemble with
+a bookie twice, every replica there."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.commands.sandbox_proc import Sandbox, bkctl
+from tests.commands.test_sandbox_supervision import bookie_pids, until
+from tests.conftest import REPO
+
+pytestmark = pytest.mark.slow
+
+
+def daemon(uri: str, name: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "bkctl", "autorecovery", "start", "--metadata", uri, "--bookie-id", name,
+         "--parallel", "1"],
+        cwd=REPO, stderr=open(f"/tmp/daemon-{name}.log", "w"), text=True,
+    )  # fmt: skip
+
+
+def test_a_worker_killed_mid_copy_is_finished_by_the_other(tmp_path: Path) -> None:
+    root = tmp_path / "sb"
+    sandbox = Sandbox(
+        root, "--processes", "--no-restart", "--no-autorecovery", "--bookies", "5", "--base-port", "0"
+    )
+    daemons = {}
+    try:
+        ready = sandbox.wait_ready()
+        uri = str(ready["metadata_uri"])
+        bookies = list(ready["bookies"])  # type: ignore[call-overload]
+        ledgers = [
+            json.loads(
+                bkctl(
+                    "ledger", "write", "--entries", "4000", "--size", "1000", "-o", "json", metadata=uri
+                ).stdout
+            )["ledger_id"]
+            for _ in range(10)
+        ]
+        daemons = {name: daemon(uri, name) for name in ("10.0.0.1:1", "10.0.0.2:1")}
+        until(
+            lambda: json.loads(bkctl("autorecovery", "status", "-o", "json", metadata=uri).stdout)[
+                "auditor_running"
+            ],
+            "an auditor",
+        )
+        dead = bookies[0]
+        os.kill(bookie_pids(root)[int(dead.rsplit(":", 1)[1])], signal.SIGKILL)
+
+        def someone_copying() -> str | None:
+            rows = json.loads(bkctl("underreplicated", "list", "-o", "json", metadata=uri).stdout)
+            holders = [r["replication_worker"] for r in rows if r["replication_worker"]]
+            return holders[0] if holders else None
+
+        until(lambda: someone_copying() is not None, "a worker holding a lock")
+        victim = someone_copying()
+        if victim in daemons:
+            daemons[victim].kill()  # kill -9, mid-copy: its lock goes with its session
+
+        def healed() -> bool:
+            count = json.loads(
+                bkctl("underreplicated", "list", "--count", "-o", "json", metadata=uri).stdout
+            )["count"]
+            return count == 0 and all(
+                dead not in bkctl("ledger", "inspect", str(i), "-o", "json", metadata=uri).stdout
+                for i in ledgers
+            )
+
+        try:
+            until(healed, "healed by the surviving daemon")
+        except AssertionError:
+            print(bkctl("autorecovery", "status", "-o", "json", metadata=uri).stdout)
+            print(bkctl("underreplicated", "list", "-o", "json", metadata=uri).stdout)
+            print("victim", victim, "dead", dead)
+            raise
+        for ledger in ledgers:
+            info = json.loads(bkctl("ledger", "inspect", str(ledger), "-o", "json", metadata=uri).stdout)
+            for segment in info["segments"]:
+                assert len(set(segment["ensemble"])) == len(segment["ensemble"]), segment  # no duplicate
+            check = bkctl("ledger", "check", str(ledger), "--full", "-o", "json", metadata=uri)
+            assert check.returncode == 0, check.stdout
+    finally:
+        for proc in daemons.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(30)
+        assert sandbox.stop(signal.SIGINT) == 0
