@@ -28,10 +28,12 @@ log = logging.getLogger("bkctl.recovery.auditor")
 
 @dataclass(frozen=True)
 class AuditorConfig:
-    """Java's keys: lostBookieRecoveryDelay (s), auditorPeriodicBookieCheckInterval (s, 0 = off)."""
+    """Java's keys: lostBookieRecoveryDelay (s), auditorPeriodicBookieCheckInterval and
+    auditorPeriodicCheckInterval (s, 0 = off)."""
 
     lost_bookie_recovery_delay_s: int = 0
     periodic_bookie_check_interval_s: int = 86_400
+    periodic_check_interval_s: int = 604_800
 
 
 @dataclass
@@ -39,14 +41,23 @@ class AuditorStats:
     audits: int = 0
     ledgers_marked: int = 0
     failures: int = 0
+    sweeps: int = 0  # periodic checks of every ledger done
     last_audit_ms: int | None = None
     last_report: AuditReport | None = None
     lost_bookies: list[str] = field(default_factory=list)
 
 
 class Auditor:
-    def __init__(self, layout: Layout, reactor: Any, config: AuditorConfig = AuditorConfig()) -> None:
+    def __init__(
+        self,
+        layout: Layout,
+        reactor: Any,
+        config: AuditorConfig = AuditorConfig(),
+        sweep: Callable[[], Deferred[dict[int, list[str]]]] | None = None,
+    ) -> None:
         self._layout, self._reactor, self._config = layout, reactor, config
+        self._sweep = sweep  # checks every ledger: ledger -> bad bookies (recovery.ledger_sweep)
+        self._sweep_call: Any = None
         self.scheduler = AuditScheduler(reactor, self.request_audit)
         self.stats = AuditorStats()
         self._subs: list[Subscription] = []
@@ -71,6 +82,9 @@ class Auditor:
             self._periodic = task.LoopingCall(self._periodic_check)
             self._periodic.clock = self._reactor
             self._periodic.start(interval, now=False)
+        if self._sweep is not None and self._config.periodic_check_interval_s > 0:
+            last = yield self._in_thread(self._layout.check_ctime, CHECK_ALL)
+            self._schedule_sweep(last)
         self.ready = True
         log.info("auditor started")
 
@@ -81,6 +95,8 @@ class Auditor:
         self._subs.clear()
         if self._periodic is not None and self._periodic.running:
             self._periodic.stop()
+        if self._sweep_call is not None and self._sweep_call.active():
+            self._sweep_call.cancel()
         self.scheduler.stop()
         log.info("auditor stopped")
 
@@ -158,6 +174,33 @@ class Auditor:
         if not self.scheduler.pending:  # Java: the periodic bookie check defers to a pending delayed audit
             self.request_audit()
 
+    # --- the periodic check of every ledger ------------------------------------------------------
+
+    def _schedule_sweep(self, last_ms: int | None) -> None:
+        """Next check `interval` after the last one (its ctime node survives auditor changes)."""
+        interval = self._config.periodic_check_interval_s
+        due = 0.0 if last_ms is None else last_ms / 1000 + interval - time.time()
+        self._sweep_call = self._reactor.callLater(max(SWEEP_MIN_DELAY_S, due), self._run_sweep)
+
+    def _run_sweep(self) -> None:
+        if not self._running or self._sweep is None:
+            return
+        if not self._enabled:  # Java: nothing is marked while disabled; try again later
+            self._schedule_sweep(int(time.time() * 1000))
+            return
+        done = self._sweep().addCallback(lambda bad: self._in_thread(self._mark_swept, bad))
+        done.addErrback(self._log_failure)
+        done.addBoth(lambda _: self._schedule_sweep(int(time.time() * 1000)) if self._running else None)
+
+    def _mark_swept(self, bad: dict[int, list[str]]) -> None:
+        for ledger_id, bookies in bad.items():
+            self._layout.mark_underreplicated(ledger_id, bookies)
+        self._layout.set_check_ctime(CHECK_ALL, int(time.time() * 1000))
+        self.stats.ledgers_marked += len(bad)
+        self.stats.sweeps += 1
+        if bad:
+            log.info("periodic check: %d ledger(s) marked under-replicated: %s", len(bad), sorted(bad))
+
     # --- audits -------------------------------------------------------------------------------------
 
     def request_audit(self) -> None:
@@ -208,3 +251,5 @@ class Auditor:
 
 
 AUDIT_RETRY_S = 2.0
+CHECK_ALL = "checkallledgersctime"
+SWEEP_MIN_DELAY_S = 1.0

@@ -29,6 +29,9 @@ def daemon_config(
         periodic_bookie_check_interval_s=get(
             "auditorPeriodicBookieCheckInterval", auditor.periodic_bookie_check_interval_s, 0, 365 * DAY_S
         ),
+        periodic_check_interval_s=get(
+            "auditorPeriodicCheckInterval", auditor.periodic_check_interval_s, 0, 365 * DAY_S
+        ),
     )
     ms = 1000.0
     worker = WorkerConfig(

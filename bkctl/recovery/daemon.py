@@ -44,6 +44,7 @@ class AutorecoveryDaemon:
         self._rate_mark = (time.monotonic(), 0)  # (when, bytes copied then): for bytes_per_s
         self.bytes_per_s = 0.0
         self.client: Any = None  # the ledger client of the repairs, closed at stop (see start_daemon)
+        self.sweep: Any = None  # the auditor's periodic check of every ledger (autorecovery_daemon)
 
     @inlineCallbacks
     def start(self) -> Any:
@@ -65,7 +66,7 @@ class AutorecoveryDaemon:
         log.info("autorecovery daemon %s stopped", self.daemon_id)
 
     def _elected(self) -> None:
-        self.auditor = Auditor(self._layout, self._reactor, self._auditor_config)
+        self.auditor = Auditor(self._layout, self._reactor, self._auditor_config, self.sweep)
         self.auditor.start().addErrback(self._auditor_failed)
 
     def _demoted(self) -> None:
@@ -98,6 +99,7 @@ class AutorecoveryDaemon:
             a = self.auditor.stats
             document.update(
                 audits=a.audits,
+                checks_of_all_ledgers=a.sweeps,
                 ledgers_marked=a.ledgers_marked,
                 audit_failures=a.failures,
                 last_audit_ms=a.last_audit_ms,
@@ -142,7 +144,10 @@ def autorecovery_daemon(
     worker_config: WorkerConfig | None = None,
 ) -> AutorecoveryDaemon:
     """A daemon repairing with recovery's checker and replicator through its own ledger client."""
+    from twisted.internet import defer
+
     from bkctl.client.ledger import Client
+    from bkctl.recovery.ledger_sweep import check_all_ledgers
     from bkctl.recovery.repair import LedgerRepairer
 
     client = Client(layout, reactor)
@@ -150,4 +155,5 @@ def autorecovery_daemon(
         layout, reactor, daemon_id, LedgerRepairer(client, local_bookie), auditor_config, worker_config
     )
     daemon.client = client
+    daemon.sweep = lambda: defer.ensureDeferred(check_all_ledgers(client))
     return daemon

@@ -18,6 +18,7 @@ from twisted.internet.defer import Deferred
 
 from bkctl.errors import NotFoundError
 from bkctl.recovery.bookie_recovery import BookieRecovery, RecoveryOptions, admin_open
+from bkctl.recovery.ledger_sweep import bad_bookies_of
 from bkctl.recovery.replicator import format_ranges
 from bkctl.recovery.worker import RepairOutcome
 
@@ -43,13 +44,17 @@ class LedgerRepairer:
             return RepairOutcome(replicated=False, deleted=True)
         writable = await self.client.in_thread(layout.bookies)
         readonly = await self.client.in_thread(lambda: layout.bookies(readonly=True))
-        lost = tuple(b for b in missing if b not in writable and b not in readonly)
+        lost = [b for b in missing if b not in writable and b not in readonly]
+        alive = [b for b in missing if b not in lost]
+        if alive:  # marked by a check (a wiped disk), or back since the audit: ask the bookies
+            bad = await bad_bookies_of(self.client, ledger_id)
+            lost += [b for b in alive if b in bad]
         if not lost:
-            return RepairOutcome(replicated=True, detail="every bookie of the mark is back")
+            return RepairOutcome(replicated=True, detail="every bookie of the mark is back with its data")
         # Copies go to our own bookie when it can take them (as Java's worker does), else placement
         # chooses: a daemon beside a read-only or stopped bookie, or alone, still repairs.
         target = self.local_bookie if self.local_bookie in writable else None
-        options = RecoveryOptions(lost, target, ledger=ledger_id, parallel=1, skip_open=True)
+        options = RecoveryOptions(tuple(lost), target, ledger=ledger_id, parallel=1, skip_open=True)
         report = await BookieRecovery(self.client, options).run()
         outcome = RepairOutcome(
             replicated=True, entries_copied=report.copied.entries, bytes_copied=report.copied.bytes

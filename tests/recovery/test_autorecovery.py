@@ -16,7 +16,7 @@ from tests.client.cluster import Cluster, bounded
 from tests.client.test_ledger import PW, payloads
 from tests.recovery.test_bookie_recovery import assert_fully_replicated, write_ledgers
 from tests.recovery.test_daemon import until
-from tests.server_net.live import twisted_test
+from tests.server_net.live import in_thread, twisted_test
 
 FAST = WorkerConfig(
     parallel=4, poll_interval_s=0.1, open_ledger_grace_s=0.5, backoff_start_s=0.5, backoff_max_s=2
@@ -58,4 +58,45 @@ async def test_a_lost_bookie_heals_with_nothing_typed(
         assert status["ledgers_replicated"] >= 1 and status["auditor"] and victim in status["lost_bookies"]
     finally:
         await bounded(daemon.stop())
+        await cluster.stop()
+
+
+@twisted_test
+async def test_the_periodic_check_finds_a_wiped_bookie_and_the_worker_repairs_it(tmp_path: Path) -> None:
+    """AuditorPeriodicCheckTest: a bookie that is alive but lost its data (here: an ensemble naming a
+    bookie that never had the ledger) is found by the check of every ledger, not by the bookie audit."""
+    from dataclasses import replace
+
+    from bkctl.model import Segment
+    from bkctl.recovery.auditor import AuditorConfig
+
+    cluster = await Cluster(tmp_path).start(5)
+    daemon = None
+    try:
+        assert cluster.store is not None and cluster.layout is not None
+        layout = cluster.layout
+        (ledger_id,) = await write_ledgers(cluster, 1, 60)
+        versioned = await in_thread(layout.read_ledger, ledger_id)
+        ensemble = list(versioned.value.segments[0].ensemble)
+        wiped = next(str(b.bookie_id) for b in cluster.bookies if str(b.bookie_id) not in ensemble)
+        ensemble[0] = wiped
+        md = replace(versioned.value, segments=(Segment(0, tuple(ensemble)),))
+        await in_thread(layout.write_ledger, ledger_id, md, versioned.version)
+        config = AuditorConfig(periodic_check_interval_s=3600)  # due at once: no check ran before
+        daemon = autorecovery_daemon(
+            Layout(cluster.store), reactor, "ar", auditor_config=config, worker_config=FAST
+        )
+        await bounded(daemon.start())
+
+        def healed() -> bool:
+            current = layout.read_ledger(ledger_id).value
+            return not list(layout.underreplicated_ids()) and wiped not in current.segments[0].ensemble
+
+        await until(healed, "the wiped bookie's fragment copied and swapped out")
+        await assert_fully_replicated(cluster, ledger_id, {wiped})
+        assert daemon.status()["checks_of_all_ledgers"] >= 1
+        assert await in_thread(layout.check_ctime, "checkallledgersctime") is not None
+    finally:
+        if daemon is not None:
+            await bounded(daemon.stop())
         await cluster.stop()
