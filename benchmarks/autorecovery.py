@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks.recover import bkctl, main_of, write_ledgers  # noqa: E402
 from bkctl.commands.sandbox_procs import BookieChild, start_children, stop_children  # noqa: E402
 from bkctl.metadata.layout import Layout  # noqa: E402
-from bkctl.metadata.store import open_store  # noqa: E402
+from bkctl.metadata.stores import open_store  # noqa: E402
 
 DAEMON = ("--autorecovery",)
 LIMIT_S = 600.0

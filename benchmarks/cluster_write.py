@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 
 from bkctl.commands.sandbox_procs import start_children, stop_children  # noqa: E402
 from bkctl.metadata.layout import Layout  # noqa: E402
-from bkctl.metadata.store import open_store  # noqa: E402
+from bkctl.metadata.stores import open_store  # noqa: E402
 
 TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 

@@ -30,7 +30,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks.cluster_write import cpu_s  # noqa: E402
 from bkctl.commands.sandbox_procs import BookieChild, start_children, stop_children  # noqa: E402
 from bkctl.metadata.layout import Layout  # noqa: E402
-from bkctl.metadata.store import open_store  # noqa: E402
+from bkctl.metadata.stores import open_store  # noqa: E402
 
 BKCTL = [sys.executable, "-m", "bkctl"]
 

@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO))
 from bkctl.commands.ledger_data import write_entries  # noqa: E402
 from bkctl.commands.sandbox_procs import start_children, stop_children  # noqa: E402
 from bkctl.metadata.layout import Layout  # noqa: E402
-from bkctl.metadata.store import open_store  # noqa: E402
+from bkctl.metadata.stores import open_store  # noqa: E402
 
 
 async def scenario(reactor: Any, uri: str, confirmed: int, tail: int, size: int) -> dict[str, Any]:

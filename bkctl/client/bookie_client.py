@@ -62,6 +62,12 @@ _FRAME_MIN = wire.HEADER_SIZE
 _FRAME_MAX = limits.FRAME_SIZE_MAX
 
 
+# Add flags: a writer's, and recovery's (accepted by a fenced bookie), shared by the ledger handle and
+# recovery (here, below both, so neither imports the other for them).
+ADD_FLAGS = wire.FLAG_NONE
+RECOVERY_ADD_FLAGS = wire.FLAG_RECOVERY_ADD | wire.FLAG_HIGH_PRIORITY
+
+
 def rc_text(rc: int) -> str:
     if rc == RC_TIMEOUT:
         return "timed out"

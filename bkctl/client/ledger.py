@@ -29,7 +29,16 @@ from twisted.python.failure import Failure
 
 from bkctl import limits
 from bkctl.client import placement
-from bkctl.client.bookie_client import BookieClient, BookieClients, Item, OnReply, add_key, error_for
+from bkctl.client.bookie_client import (
+    ADD_FLAGS,
+    RECOVERY_ADD_FLAGS,
+    BookieClient,
+    BookieClients,
+    Item,
+    OnReply,
+    add_key,
+    error_for,
+)
 from bkctl.client.reads import LastConfirmed, LastConfirmedRead, LedgerEntry, RangeRead
 from bkctl.errors import (
     BadVersionError,
@@ -55,8 +64,6 @@ _EOK = int(wire.ReturnCode.EOK)
 _EFENCED = int(wire.ReturnCode.EFENCED)
 _EUA = int(wire.ReturnCode.EUA)
 _REQUEST_REFUSED = frozenset({int(wire.ReturnCode.EBADREQ), int(wire.ReturnCode.EBADVERSION)})
-ADD_FLAGS = wire.FLAG_NONE
-RECOVERY_ADD_FLAGS = wire.FLAG_RECOVERY_ADD | wire.FLAG_HIGH_PRIORITY
 
 
 AddCallback = Callable[[int, "BkctlError | None"], None]

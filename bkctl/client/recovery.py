@@ -27,6 +27,7 @@ from twisted.internet import defer
 from twisted.python.failure import Failure
 
 from bkctl import limits
+from bkctl.client.bookie_client import RECOVERY_ADD_FLAGS
 from bkctl.client.reads import LastConfirmedRead, LedgerEntry, RecoveryRead
 from bkctl.errors import BadVersionError, BkctlError, ConflictError, UnavailableError
 from bkctl.model import LedgerState
@@ -39,7 +40,6 @@ log = logging.getLogger(__name__)
 
 async def recover(handle: LedgerHandle) -> None:
     """Fence, recover and close `handle`'s ledger (no-op when it is closed)."""
-    from bkctl.client.ledger import RECOVERY_ADD_FLAGS
 
     if not await _mark_in_recovery(handle):
         return

@@ -41,7 +41,8 @@ def open_layout(uri: str | None, *, initialized: bool = True) -> Iterator[Layout
     that does not exist is not created (a read-only command never leaves a store behind).
     """
     from bkctl.metadata.layout import Layout
-    from bkctl.metadata.store import open_store, parse_metadata_uri
+    from bkctl.metadata.store import parse_metadata_uri
+    from bkctl.metadata.stores import open_store
 
     chosen = metadata_choice(uri)
     location = parse_metadata_uri(chosen)

@@ -191,7 +191,7 @@ class _Sandbox:
         from twisted.internet import threads
 
         from bkctl.metadata.layout import Layout
-        from bkctl.metadata.store import open_store
+        from bkctl.metadata.stores import open_store
         from bkctl.recovery.daemon import autorecovery_daemon
         from bkctl.recovery.worker import WorkerConfig
 

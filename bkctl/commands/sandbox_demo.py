@@ -29,7 +29,7 @@ async def run_demo(
 
     from bkctl.client.ledger import Client
     from bkctl.metadata.layout import Layout
-    from bkctl.metadata.store import open_store
+    from bkctl.metadata.stores import open_store
 
     store = await threads.deferToThread(open_store, uri)
     writer = Client(Layout(store), reactor)

@@ -1,7 +1,8 @@
 """The metadata store API: a small ZooKeeper-like tree of nodes, with two backends.
 
-`MetadataStore` is what the bookie, the client, recovery and the admin commands use; `open_store(uri)`
-picks the backend from a metadata URI (`zk://…`, a bare ZooKeeper connect string, `sqlite:///…`).
+`MetadataStore` is what the bookie, the client, recovery and the admin commands use;
+`bkctl.metadata.stores.open_store(uri)` picks the backend from a metadata URI (`zk://…`, a bare
+ZooKeeper connect string, `sqlite:///…`). This module knows no backend: they build on it.
 Both backends follow ZooKeeper's semantics exactly (tests/metadata runs one contract suite on both):
 
 - paths are absolute (`/a/b`), without a trailing slash, `.`/`..` or empty components;
@@ -36,7 +37,6 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from bkctl import limits
 from bkctl.errors import NodeExistsError, NotFoundError, UsageError
-from bkctl.metadata.retry import RetryPolicy
 
 log = logging.getLogger("bkctl.metadata")
 
@@ -473,37 +473,3 @@ def _parse_sqlite(uri: str) -> MetadataLocation:
     text = unquote(parts.netloc + parts.path)
     path = Path(text).expanduser() if text else default_sqlite_path()
     return MetadataLocation("sqlite", root=root, path=path)
-
-
-def open_store(
-    uri: str | MetadataLocation,
-    *,
-    session_timeout_ms: int = limits.METADATA_SESSION_TIMEOUT_MS,
-    connect_timeout_ms: int = limits.METADATA_CONNECT_TIMEOUT_MS,
-    retry: RetryPolicy | None = None,
-) -> MetadataStore:
-    """Open the store a metadata URI names; UnavailableError (one line) if it cannot be reached in time.
-
-    `retry`: how operations ride through outages (default: RetryPolicy.from_env(), docs/metadata.md).
-    """
-    location = parse_metadata_uri(uri) if isinstance(uri, str) else uri
-    check_session_timeout(session_timeout_ms)
-    if location.backend == "sqlite":
-        from bkctl.metadata.sqlite import SqliteStore
-
-        assert location.path is not None
-        return SqliteStore(
-            location.path,
-            session_timeout_ms=session_timeout_ms,
-            connect_timeout_ms=connect_timeout_ms,
-            create_dirs=location.path == default_sqlite_path(),
-            retry=retry,
-        )
-    from bkctl.metadata.zookeeper import ZooKeeperStore
-
-    return ZooKeeperStore(
-        location.hosts,
-        session_timeout_ms=session_timeout_ms,
-        connect_timeout_ms=connect_timeout_ms,
-        retry=retry,
-    )

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from twisted.internet import task
 from twisted.internet.defer import Deferred
 
-from bkctl.client.ledger import RECOVERY_ADD_FLAGS
+from bkctl.client.bookie_client import RECOVERY_ADD_FLAGS
 from bkctl.errors import BadVersionError, BkctlError, ProtocolError, UnavailableError
 from bkctl.model import LedgerMetadata, Segment
 from bkctl.protocol import wire

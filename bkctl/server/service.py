@@ -24,7 +24,8 @@ from twisted.internet.error import CannotListenError
 from bkctl.errors import BkctlError, ConflictError, UnavailableError
 from bkctl.metadata.layout import Layout
 from bkctl.metadata.retry import RetryPolicy
-from bkctl.metadata.store import MetadataStore, open_store, parse_metadata_uri
+from bkctl.metadata.store import MetadataStore, parse_metadata_uri
+from bkctl.metadata.stores import open_store
 from bkctl.protocol import metadata_format as mf
 from bkctl.server import cookies
 from bkctl.server.config import BookieConfig

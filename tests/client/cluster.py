@@ -12,7 +12,8 @@ from twisted.internet.task import deferLater
 
 from bkctl.client.ledger import Client
 from bkctl.metadata.layout import Layout
-from bkctl.metadata.store import MetadataStore, open_store
+from bkctl.metadata.store import MetadataStore
+from bkctl.metadata.stores import open_store
 from bkctl.server.service import BookieService
 from tests.server_net.live import in_thread, start_bookie
 

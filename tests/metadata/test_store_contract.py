@@ -35,8 +35,8 @@ from bkctl.metadata.store import (
     MetadataStore,
     SetOp,
     Stat,
-    open_store,
 )
+from bkctl.metadata.stores import open_store
 from tests.conftest import REPO, StoreTarget
 from tests.metadata import workers
 

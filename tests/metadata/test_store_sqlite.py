@@ -11,7 +11,8 @@ import pytest
 
 from bkctl.errors import ExitCode, UnavailableError
 from bkctl.metadata.sqlite import SqliteStore, inspect_database, reap_expired_sessions
-from bkctl.metadata.store import Stat, open_store
+from bkctl.metadata.store import Stat
+from bkctl.metadata.stores import open_store
 from tests.metadata.test_store_contract import Recorder
 
 

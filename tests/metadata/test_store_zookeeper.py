@@ -11,7 +11,7 @@ import pytest
 
 from bkctl.errors import ExitCode, NotFoundError, UnavailableError
 from bkctl.metadata.retry import RetryPolicy
-from bkctl.metadata.store import open_store
+from bkctl.metadata.stores import open_store
 from bkctl.metadata.zk_multiread import MultiRead
 from bkctl.metadata.zk_server import ZooKeeperServer, free_port
 from bkctl.metadata.zookeeper import ZooKeeperStore
@@ -34,7 +34,7 @@ def test_unreachable_zookeeper_prints_nothing_else() -> None:
     """kazoo's connection warnings must not reach stderr: the one-line error is all a user sees."""
     code = (
         "import sys\n"
-        "from bkctl.metadata.store import open_store\n"
+        "from bkctl.metadata.stores import open_store\n"
         "try:\n"
         f"    open_store('127.0.0.1:{free_port()}', connect_timeout_ms=500)\n"
         "except Exception as exc:\n"

@@ -6,7 +6,7 @@ import sys
 import time
 
 from bkctl.errors import BadVersionError
-from bkctl.metadata.store import open_store
+from bkctl.metadata.stores import open_store
 
 HOLD_MAX_S = 60.0
 
