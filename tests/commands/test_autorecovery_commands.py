@@ -42,8 +42,12 @@ def test_a_killed_bookie_heals_with_nothing_typed(tmp_path: Path) -> None:
         until(healed, "the ledger healed")  # the killed bookie's session expires first (10 s)
         check = bkctl("ledger", "check", ledger, "--full", "-o", "json", metadata=uri)
         assert check.returncode == 0, check.stdout + check.stderr
-        status = json.loads(bkctl("autorecovery", "status", "-o", "json", metadata=uri).stdout)
-        assert status["daemons"] and status["daemons"][0]["ledgers_replicated"] >= 1
+
+        def reported() -> bool:  # daemons publish their status every 2 s
+            status = json.loads(bkctl("autorecovery", "status", "-o", "json", metadata=uri).stdout)
+            return bool(status["daemons"]) and status["daemons"][0]["ledgers_replicated"] >= 1
+
+        until(reported, "the daemon's status shows the ledger replicated")
     finally:
         assert sandbox.stop(signal.SIGINT) == 0
 
