@@ -232,6 +232,11 @@ def _render(document: dict[str, Any], fmt: OutputFormat) -> None:
 
 
 def _raise_for(report: RecoveryReport, skip_unrecoverable: bool) -> None:
+    for ledger_id, entry_id, bookie in report.corrupt:
+        message(
+            f"bkctl: warning: ledger {ledger_id} entry {entry_id}: the copy on {bookie} fails its digest "
+            "(another replica's was copied; `ledger check --full` shows it)"
+        )
     failed = [s for s in report.ledgers_skipped if "--skip-open-ledgers" not in s["reason"]]
     for skipped in failed:
         message(f"bkctl: ledger {skipped['ledger_id']} not recovered: {skipped['reason']}")

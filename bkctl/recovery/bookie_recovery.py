@@ -83,6 +83,7 @@ class RecoveryReport:
     started: float = field(default_factory=time.monotonic)
     ledgers_done: int = 0
     target_overrides: int = 0  # segments where the target could not go (already there): placement chose
+    corrupt: list[tuple[int, int, str]] = field(default_factory=list)  # (ledger, entry, bookie) bad copies
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -95,6 +96,7 @@ class RecoveryReport:
             "fragments_copied": self.fragments_copied,
             "entries_copied": self.copied.entries,
             "bytes_copied": self.copied.bytes,
+            "corrupt_copies": [{"entry_id": e, "bookie": b, "ledger_id": lid} for lid, e, b in self.corrupt],
             "seconds": round(time.monotonic() - self.started, 3),
             "dry_run": self.dry_run,
             "plan": [step.as_dict() for step in self.plan] if self.dry_run else [],
@@ -201,14 +203,22 @@ class BookieRecovery:
             return
         for step, moves in steps:
             for fragment, target in moves:
-                await copy_fragment(
-                    handle, fragment, target, failed=set(self.failed), throttle=self.throttle,
-                    stats=self.report.copied,
-                )  # fmt: skip
+                stats = CopyStats()
+                try:
+                    await copy_fragment(
+                        handle, fragment, target, failed=set(self.failed), throttle=self.throttle, stats=stats
+                    )
+                finally:
+                    self._count(handle.ledger_id, stats)
                 await swap_bookie(handle, fragment, target)
                 self.report.fragments_copied += 1
             self.report.plan.append(step)
         self.report.ledgers_recovered += 1
+
+    def _count(self, ledger_id: int, stats: CopyStats) -> None:
+        self.report.copied.entries += stats.entries
+        self.report.copied.bytes += stats.bytes
+        self.report.corrupt += [(ledger_id, entry_id, bookie) for entry_id, bookie in stats.corrupt]
 
     async def _plan(self, handle: LedgerHandle) -> list[tuple[PlanStep, list[tuple[Fragment, str]]]]:
         """Per segment naming a failed bookie: the new ensemble and (fragment, target) moves."""

@@ -12,7 +12,7 @@ kept), and if the bookie is no longer at that place someone else already did the
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from twisted.internet import task
@@ -61,6 +61,7 @@ def entry_ranges(entries: list[int]) -> list[tuple[int, int]]:
 class CopyStats:
     entries: int = 0
     bytes: int = 0
+    corrupt: list[tuple[int, str]] = field(default_factory=list)  # (entry, bookie) copies that failed digest
 
 
 class Throttle:
@@ -147,8 +148,10 @@ class FragmentCopy:
         def answer(rc: int, body: bytes) -> None:
             if rc == _EOK and self._verifies(entry_id, body):
                 self._write(entry_id, body)
-            else:
-                self._read(entry_id, rest, tried)
+                return
+            if rc == _EOK:  # a copy that does not verify: never copied, reported, the next replica asked
+                self.stats.corrupt.append((entry_id, tried[-1]))
+            self._read(entry_id, rest, tried)
 
         return answer
 

@@ -8,6 +8,7 @@ import dataclasses
 from pathlib import Path
 
 import pytest
+from twisted.internet import defer
 
 from bkctl.client.single_bookie import read_from_bookie
 from bkctl.errors import UsageError
@@ -15,7 +16,7 @@ from bkctl.model import LedgerState
 from bkctl.recovery.bookie_recovery import BookieRecovery, RecoveryOptions, admin_open
 from bkctl.recovery.checker import BOOKIE_DOWN, MISSING, check_fragments
 from bkctl.recovery.fragments import fragments
-from tests.client.cluster import Cluster, bounded
+from tests.client.cluster import Cluster, bounded, sleep
 from tests.client.test_ledger import PW, payloads
 from tests.server_net.live import in_thread, twisted_test
 
@@ -184,5 +185,57 @@ async def test_target_already_in_an_ensemble_gets_another_bookie_there(tmp_path:
         report = await bounded(BookieRecovery(client, RecoveryOptions((dead,), target=busy)).run())
         assert report.ledgers_recovered == 1 and report.target_overrides == 1
         await assert_fully_replicated(cluster, lh.ledger_id, {dead})
+    finally:
+        await cluster.stop()
+
+
+@twisted_test
+async def test_a_corrupt_copy_is_skipped_and_reported(tmp_path: Path) -> None:
+    """Entry 4 is corrupt on the first replica of its write set: the next one's copy goes to the target."""
+    from bkctl.model import DigestType
+    from bkctl.protocol.entry import package_entry
+    from tests.client.test_ledger import _raw_add
+
+    cluster = await Cluster(tmp_path).start(3)
+    try:
+        client = cluster.client(seed=8)
+        lh = await bounded(client.create_ledger(3, 3, 3, digest=DigestType.CRC32C, password=PW))
+        await bounded(lh.add_many(payloads(9)))
+        await bounded(lh.close())
+        good = package_entry(DigestType.CRC32C, lh.ledger_id, 4, 3, 0, b"x")
+        first, dead = lh.ensemble[4 % 3], lh.ensemble[(4 + 2) % 3]  # entry 4: write set idx 1, 2, 0
+        assert await _raw_add(client.bookies.get(first), good[:-1] + b"!", 4, lh.ledger_id) == 0  # corrupt
+        await cluster.add_bookie()
+        await bounded(cluster.bookie(dead).stop())
+        report = await bounded(BookieRecovery(client, RecoveryOptions((dead,))).run())
+        assert report.ledgers_recovered == 1 and report.corrupt == [(lh.ledger_id, 4, first)]
+        assert report.as_dict()["corrupt_copies"] == [
+            {"ledger_id": lh.ledger_id, "entry_id": 4, "bookie": first}
+        ]
+    finally:
+        await cluster.stop()
+
+
+@twisted_test
+async def test_a_survivor_that_dies_mid_copy_is_replaced_by_another_replica(tmp_path: Path) -> None:
+    cluster = await Cluster(tmp_path).start(3)
+    try:
+        client = cluster.client(seed=12)
+        lh = await bounded(client.create_ledger(3, 3, 2, password=PW))  # every entry on all three
+        await bounded(lh.add_many([bytes(2000)] * 600))
+        await bounded(lh.close())
+        spare = await cluster.add_bookie()
+        dead, dying = lh.ensemble[0], lh.ensemble[1]
+        await bounded(cluster.bookie(dead).stop())
+        run = BookieRecovery(client, RecoveryOptions((dead,), rate_bytes_per_s=400_000))  # ~3 s of copying
+        recovering = defer.ensureDeferred(run.run())
+        await sleep(0.7)
+        assert run.report.copied.entries > 0 or not recovering.called
+        await bounded(cluster.bookie(dying).stop())  # the replica it was reading from goes too
+        report = await bounded(recovering, 60)
+        assert report.ledgers_recovered == 1, report.as_dict()
+        handle = await bounded(admin_open(cluster.client(seed=2), lh.ledger_id, recovery=False))
+        found, failures = await bounded(read_from_bookie(handle, str(spare.bookie_id), list(range(600))))
+        assert failures == [] and len(found) == 600
     finally:
         await cluster.stop()
