@@ -82,6 +82,7 @@ class RecoveryReport:
     copied: CopyStats = field(default_factory=CopyStats)
     started: float = field(default_factory=time.monotonic)
     ledgers_done: int = 0
+    ledgers_deleted: int = 0  # deleted while the run went on (quietly passed over)
     target_overrides: int = 0  # segments where the target could not go (already there): placement chose
     corrupt: list[tuple[int, int, str]] = field(default_factory=list)  # (ledger, entry, bookie) bad copies
 
@@ -179,7 +180,7 @@ class BookieRecovery:
             entries = [list(run) for run in entry_ranges(exc.entries)]
             self.report.ledgers_unrecoverable.append({"ledger_id": ledger_id, "entries": entries})
         except NotFoundError:
-            self._skip(ledger_id, "deleted while recovering")
+            self.report.ledgers_deleted += 1  # deleted meanwhile: nothing to repair, not a problem
         except BkctlError as exc:
             self._skip(ledger_id, str(exc))
         self.report.ledgers_done += 1

@@ -239,3 +239,31 @@ async def test_a_survivor_that_dies_mid_copy_is_replaced_by_another_replica(tmp_
         assert failures == [] and len(found) == 600
     finally:
         await cluster.stop()
+
+
+@twisted_test
+async def test_a_ledger_deleted_during_the_run_is_passed_over_quietly(tmp_path: Path) -> None:
+    cluster = await Cluster(tmp_path).start(4)
+    try:
+        ids = await write_ledgers(cluster, 2, 10)
+        first = (await in_thread(cluster.layout.read_ledger, ids[0])).value.segments[0].ensemble[0]  # type: ignore[union-attr]
+        dead = await kill(cluster, [str(b.bookie_id) for b in cluster.bookies].index(first))
+        client = cluster.client(seed=3)
+        run = BookieRecovery(client, RecoveryOptions((dead,)))
+        original = run.recover_ledger
+
+        async def delete_first(ledger_id: int) -> None:  # the ledger goes between the scan and its repair
+            if ledger_id == ids[0]:
+                await bounded(client.delete_ledger(ledger_id))
+            await original(ledger_id)
+
+        run.recover_ledger = delete_first  # type: ignore[method-assign]
+        report = await bounded(run.run())
+        named = [i for i in ids if i != ids[0]]
+        assert report.ledgers_skipped == [] and report.ledgers_deleted == (
+            1 if report.ledgers_total == 2 else 0
+        )
+        for ledger_id in named:
+            await assert_fully_replicated(cluster, ledger_id, {dead})
+    finally:
+        await cluster.stop()
