@@ -140,6 +140,9 @@ def start(
         Path | None, typer.Option("--conf", "-c", help="A bk_server.conf: the autorecovery keys are read.")
     ] = None,
     parallel: Annotated[int, typer.Option("--parallel", min=1, max=64, help="Ledgers repaired at once.")] = 4,
+    http_port: Annotated[
+        int | None, typer.Option("--http-port", min=0, max=65535, help="Serve /metrics on 127.0.0.1 here.")
+    ] = None,
 ) -> None:
     """Run an autorecovery daemon in the foreground (BookKeeper's AutoRecoveryMain) until SIGTERM/Ctrl-C:
     a vote for auditor, the auditor while elected, and a replication worker."""
@@ -148,7 +151,7 @@ def start(
     properties = _conf_properties(conf)
     uri = metadata_choice(metadata or properties.get("metadataServiceUri"))
     daemon_id = bookie_id or f"{socket.gethostname()}:{os.getpid()}"
-    run_daemon(uri, daemon_id, bookie_id, properties, parallel)
+    run_daemon(uri, daemon_id, bookie_id, properties, parallel, http_port)
 
 
 def _conf_properties(conf: Path | None) -> dict[str, str]:
@@ -160,7 +163,12 @@ def _conf_properties(conf: Path | None) -> dict[str, str]:
 
 
 def run_daemon(
-    uri: str, daemon_id: str, local_bookie: str | None, properties: dict[str, str], parallel: int
+    uri: str,
+    daemon_id: str,
+    local_bookie: str | None,
+    properties: dict[str, str],
+    parallel: int,
+    http_port: int | None = None,
 ) -> None:
     """The reactor until SIGTERM / Ctrl-C; a daemon that cannot start exits with its error's code."""
     from twisted.internet import reactor as the_reactor
@@ -183,11 +191,16 @@ def run_daemon(
             failure.append(reason.value)
             reactor.stop()
 
-        reactor.callWhenRunning(
-            lambda: daemon.start().addCallbacks(
-                lambda _: message(f"autorecovery daemon {daemon_id} running on {uri}"), failed
-            )
-        )
+        def started(_: object) -> None:
+            where = ""
+            if http_port is not None:
+                from bkctl.recovery.metrics import metrics_site
+
+                listener = reactor.listenTCP(http_port, metrics_site(daemon), interface="127.0.0.1")
+                where = f" (metrics on 127.0.0.1:{listener.getHost().port}/metrics)"
+            message(f"autorecovery daemon {daemon_id} running on {uri}{where}")
+
+        reactor.callWhenRunning(lambda: daemon.start().addCallbacks(started, failed))
         reactor.addSystemEventTrigger("before", "shutdown", daemon.stop)
         reactor.run()
     if failure:

@@ -204,6 +204,9 @@ def _start_daemon(service: Any, reactor: Any, properties: dict[str, str], failed
         auditor_config=auditor_config, worker_config=worker_config,
     )  # fmt: skip
     daemon.start().addErrback(failed)
+    from bkctl.recovery.metrics import daemon_lines
+
+    service.extra_metrics.append(lambda: daemon_lines(daemon))  # on the bookie's /metrics
     return daemon
 
 

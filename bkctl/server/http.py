@@ -7,7 +7,7 @@ thread (StorageMetrics, NetworkMetrics), so a scrape costs the bookie a few micr
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from twisted.web.resource import Resource
@@ -26,6 +26,8 @@ class BookieView(Protocol):
     bookie_id: str
     state: str
     storage: Storage | None
+    # More metrics from what runs in the same process (the autorecovery daemon of `--autorecovery`).
+    extra_metrics: list[Callable[[], Iterator[str]]]
 
     def info(self) -> dict[str, Any]: ...
 
@@ -56,7 +58,8 @@ class Info(_Leaf):
 class Metrics(_Leaf):
     def render_GET(self, request: Any) -> bytes:
         request.setHeader(b"content-type", PROMETHEUS_CONTENT_TYPE)
-        return "".join(prometheus_lines(self.bookie)).encode()
+        extra = (line for lines in self.bookie.extra_metrics for line in lines())
+        return "".join([*prometheus_lines(self.bookie), *extra]).encode()
 
 
 def admin_resource(bookie: BookieView) -> Any:
@@ -76,7 +79,7 @@ def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def _metric(name: str, kind: str, help_text: str, value: float, labels: str = "") -> Iterator[str]:
+def metric(name: str, kind: str, help_text: str, value: float, labels: str = "") -> Iterator[str]:
     yield f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n{name}{labels} {_number(value)}\n"
 
 
@@ -88,20 +91,20 @@ def prometheus_lines(bookie: BookieView) -> Iterator[str]:
     """Every metric of the bookie, in Prometheus text format."""
     net = bookie.network_metrics
     read_only = 1 if bookie.state == "read-only" else 0
-    yield from _metric("bookie_info", "gauge", "Bookie identity.", 1, f'{{id="{_label(bookie.bookie_id)}"}}')
-    yield from _metric("bookie_read_only", "gauge", "1 when the bookie refuses adds.", read_only)
-    yield from _metric("bookie_connections", "gauge", "Open client connections.", net.connections_open)
-    yield from _metric(
+    yield from metric("bookie_info", "gauge", "Bookie identity.", 1, f'{{id="{_label(bookie.bookie_id)}"}}')
+    yield from metric("bookie_read_only", "gauge", "1 when the bookie refuses adds.", read_only)
+    yield from metric("bookie_connections", "gauge", "Open client connections.", net.connections_open)
+    yield from metric(
         "bookie_connections_total", "counter", "Client connections accepted.", net.connections_total
     )
-    yield from _metric(
+    yield from metric(
         "bookie_frames_rejected_total",
         "counter",
         "Connections closed for an unframeable input.",
         net.frames_rejected,
     )
-    yield from _metric("bookie_bad_requests_total", "counter", "Requests answered EBADREQ.", net.bad_requests)
-    yield from _metric(
+    yield from metric("bookie_bad_requests_total", "counter", "Requests answered EBADREQ.", net.bad_requests)
+    yield from metric(
         "bookie_read_pauses_total",
         "counter",
         "Times a connection stopped being read (backpressure).",
@@ -114,24 +117,24 @@ def prometheus_lines(bookie: BookieView) -> Iterator[str]:
 
 def _storage_lines(storage: Storage) -> Iterator[str]:
     m = storage.metrics
-    yield from _metric("bookie_adds_total", "counter", "Adds accepted into the journal.", m.adds)
-    yield from _metric("bookie_reads_total", "counter", "Read requests.", m.reads)
-    yield from _metric("bookie_fences_total", "counter", "Fencing requests.", m.fences)
-    yield from _metric(
+    yield from metric("bookie_adds_total", "counter", "Adds accepted into the journal.", m.adds)
+    yield from metric("bookie_reads_total", "counter", "Read requests.", m.reads)
+    yield from metric("bookie_fences_total", "counter", "Fencing requests.", m.fences)
+    yield from metric(
         "bookie_bytes_written_total", "counter", "Entry bytes of accepted adds.", m.bytes_written
     )
-    yield from _metric("bookie_journal_fsyncs_total", "counter", "Journal fdatasyncs.", m.fsyncs)
-    yield from _metric(
+    yield from metric("bookie_journal_fsyncs_total", "counter", "Journal fdatasyncs.", m.fsyncs)
+    yield from metric(
         "bookie_journal_synced_entries_total",
         "counter",
         "Entries made durable (divide by fsyncs).",
         m.entries_per_fsync,
     )
-    yield from _metric(
+    yield from metric(
         "bookie_journal_queue_depth", "gauge", "Entries written, waiting for fsync.", m.journal_queue_depth
     )
-    yield from _metric("bookie_checkpoints_total", "counter", "Checkpoints completed.", m.checkpoints)
-    yield from _metric(
+    yield from metric("bookie_checkpoints_total", "counter", "Checkpoints completed.", m.checkpoints)
+    yield from metric(
         "bookie_ledgers", "gauge", "Ledgers known to the bookie.", _int_info(storage, "ledgers")
     )
     yield "# HELP bookie_errors_total Requests answered with an error, by return code.\n"

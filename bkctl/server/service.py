@@ -13,7 +13,7 @@ store thread and are handed back to the reactor with `callFromThread`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
@@ -110,6 +110,7 @@ class BookieService:
         self.bookie_id = ""
         self.port = 0
         self.http_port: int | None = None
+        self.extra_metrics: list[Callable[[], Iterator[str]]] = []  # see server/http.py
         self.state = "starting"
         self.replay: ReplayReport | None = None
         self.registered_read_only: bool | None = None

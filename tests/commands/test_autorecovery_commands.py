@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from urllib.request import urlopen
 
 import pytest
 
@@ -58,8 +61,23 @@ def test_autorecovery_start_and_bookie_start_autorecovery_join_the_election(tmp_
     bookie = None
     try:
         uri = str(sandbox.wait_ready()["metadata_uri"])
-        command = ["autorecovery", "start", "--metadata", uri, "--bookie-id", "10.0.0.9:3181"]
-        daemon = subprocess.Popen([sys.executable, "-m", "bkctl", *command], cwd=REPO, text=True)
+        command = [
+            "autorecovery",
+            "start",
+            "--metadata",
+            uri,
+            "--bookie-id",
+            "10.0.0.9:3181",
+            "--http-port",
+            "0",
+        ]
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "bkctl", *command], cwd=REPO, text=True, stderr=subprocess.PIPE
+        )
+        assert daemon.stderr is not None
+        running = next(line for line in daemon.stderr if "running on" in line)
+        threading.Thread(target=daemon.stderr.read, daemon=True).start()  # keep draining its log
+        metrics_port = int(re.search(r"metrics on 127\.0\.0\.1:(\d+)", running).group(1))  # type: ignore[union-attr]
         until(
             lambda: (
                 json.loads(
@@ -80,9 +98,17 @@ def test_autorecovery_start_and_bookie_start_autorecovery_join_the_election(tmp_
                 "--metadata",
                 uri,
                 "--autorecovery",
+                "--http-port",
+                "0",
             ]
         )
         bookie_id, _ = bookie.wait_serving()
+        admin = re.search(r"admin http on [\d.]+:(\d+)", bookie.stderr)
+        assert admin is not None
+        bookie_metrics = urlopen(f"http://127.0.0.1:{admin.group(1)}/metrics", timeout=10).read().decode()
+        assert "autorecovery_auditor 0" in bookie_metrics and "bookie_read_only" in bookie_metrics
+        daemon_metrics = urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
+        assert "autorecovery_auditor 1" in daemon_metrics and "autorecovery_audits_total" in daemon_metrics
         # The daemon goes: the bookie's daemon, next in line, becomes the auditor at once.
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(30) == 0
