@@ -95,3 +95,56 @@ def test_a_worker_killed_mid_copy_is_finished_by_the_other(tmp_path: Path) -> No
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(30)
         assert sandbox.stop(signal.SIGINT) == 0
+
+
+def test_the_auditor_killed_then_a_bookie_lost_the_other_daemon_audits_and_heals(tmp_path: Path) -> None:
+    """AuditorBookieTest: the auditor dies (kill -9) as a bookie is lost; the other daemon is elected once
+    the dead auditor's session expires, audits what it finds at its start, and the ledgers heal."""
+    root = tmp_path / "sb"
+    sandbox = Sandbox(
+        root, "--processes", "--no-restart", "--no-autorecovery", "--bookies", "4", "--base-port", "0"
+    )
+    daemons = {}
+    try:
+        ready = sandbox.wait_ready()
+        uri, bookies = str(ready["metadata_uri"]), list(ready["bookies"])  # type: ignore[call-overload]
+        written = [
+            json.loads(bkctl("ledger", "write", "--entries", "300", "-o", "json", metadata=uri).stdout)[
+                "ledger_id"
+            ]
+            for _ in range(3)
+        ]
+        daemons = {name: daemon(uri, name) for name in ("10.0.0.1:1", "10.0.0.2:1")}
+
+        def auditor() -> str | None:
+            found = json.loads(
+                bkctl("autorecovery", "whoisauditor", "-o", "json", metadata=uri).stdout or "{}"
+            )
+            return found.get("auditor") if found.get("auditor_running") else None
+
+        until(lambda: auditor() in daemons, "an auditor")
+        first = auditor()
+        assert first is not None
+        daemons[first].kill()
+        dead = bookies[0]
+        os.kill(bookie_pids(root)[int(dead.rsplit(":", 1)[1])], signal.SIGKILL)
+        until(lambda: auditor() not in (None, first), "the other daemon elected")
+
+        def healed() -> bool:
+            count = json.loads(
+                bkctl("underreplicated", "list", "--count", "-o", "json", metadata=uri).stdout
+            )["count"]
+            named = [
+                i
+                for i in written
+                if dead in bkctl("ledger", "inspect", str(i), "-o", "json", metadata=uri).stdout
+            ]
+            return count == 0 and not named
+
+        until(healed, "healed")
+    finally:
+        for proc in daemons.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(30)
+        assert sandbox.stop(signal.SIGINT) == 0
