@@ -29,7 +29,17 @@ def bookie_pids(sandbox_pid: int) -> dict[str, int]:
 
 
 def test_bookie_killed_mid_write_loses_no_acknowledged_entry(tmp_path: Path) -> None:
-    sandbox = Sandbox(tmp_path / "sb", "--processes", "--bookies", "4", "--base-port", "0")
+    # The writer alone must cope: no restart of the killed bookie, no autorecovery repairing behind it.
+    sandbox = Sandbox(
+        tmp_path / "sb",
+        "--processes",
+        "--no-restart",
+        "--no-autorecovery",
+        "--bookies",
+        "4",
+        "--base-port",
+        "0",
+    )
     try:
         uri = str(sandbox.wait_ready()["metadata_uri"])
         pids = bookie_pids(sandbox.proc.pid)

@@ -31,7 +31,10 @@ class Dead:
 @pytest.fixture(scope="module")
 def dead(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dead]:
     base = tmp_path_factory.mktemp("recover")
-    sandbox = Sandbox(base / "sb", "--processes", "--no-restart", "--bookies", "5", "--base-port", "0")
+    # Manual recovery alone: no autorecovery daemon repairing the same ledgers behind the commands.
+    sandbox = Sandbox(
+        base / "sb", "--processes", "--no-restart", "--no-autorecovery", "--bookies", "5", "--base-port", "0"
+    )
     try:
         ready = sandbox.wait_ready()
         uri = str(ready["metadata_uri"])
