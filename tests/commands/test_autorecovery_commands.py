@@ -22,6 +22,9 @@ from tests.conftest import REPO
 from tests.server_net.live import BookieProcess
 
 pytestmark = pytest.mark.slow
+# A session expiry (10 s), an audit, the copies and a second expiry when a daemon is killed: bounded, generous
+# for a loaded CI machine.
+HEAL_WAIT_S = 150.0
 
 
 def test_a_killed_bookie_heals_with_nothing_typed(tmp_path: Path) -> None:
@@ -42,7 +45,7 @@ def test_a_killed_bookie_heals_with_nothing_typed(tmp_path: Path) -> None:
             marks = bkctl("underreplicated", "list", "--count", "-o", "json", metadata=uri).stdout
             return victim not in info["segments"][0]["ensemble"] and json.loads(marks)["count"] == 0
 
-        until(healed, "the ledger healed")  # the killed bookie's session expires first (10 s)
+        until(healed, "the ledger healed", HEAL_WAIT_S)  # the killed bookie's session expires first (10 s)
         check = bkctl("ledger", "check", ledger, "--full", "-o", "json", metadata=uri)
         assert check.returncode == 0, check.stdout + check.stderr
 

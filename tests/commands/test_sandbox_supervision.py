@@ -43,13 +43,13 @@ def bookie_pids(data_dir: Path) -> dict[int, int]:
     return found
 
 
-def until(predicate: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WAIT_S
+def until(predicate: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():
             return
         time.sleep(0.1)
-    raise AssertionError(f"not reached within {WAIT_S} s: {what}")
+    raise AssertionError(f"not reached within {timeout_s} s: {what}")
 
 
 def start(tmp_path: Path, *args: str) -> tuple[Sandbox, str, list[str]]:
