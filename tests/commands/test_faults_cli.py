@@ -1,5 +1,8 @@
 """A bookie killed (SIGKILL) in the middle of `bkctl ledger write`: the writer replaces it (ensemble
-change), finishes with exit 0, and every entry reads back."""
+change), finishes with exit 0, and every entry reads back.
+
+The entries come on stdin, half before the kill and half after, so that the kill falls mid-write on a
+machine of any speed (a timed sleep let a fast CI machine finish all of them first)."""
 
 from __future__ import annotations
 
@@ -28,6 +31,10 @@ def bookie_pids(sandbox_pid: int) -> dict[str, int]:
     return found
 
 
+def entry_line(entry_id: int) -> str:
+    return f"E{entry_id}-" + "x" * 1000 + "\n"
+
+
 def test_bookie_killed_mid_write_loses_no_acknowledged_entry(tmp_path: Path) -> None:
     # The writer alone must cope: no restart of the killed bookie, no autorecovery repairing behind it.
     sandbox = Sandbox(
@@ -44,17 +51,20 @@ def test_bookie_killed_mid_write_loses_no_acknowledged_entry(tmp_path: Path) -> 
         uri = str(sandbox.wait_ready()["metadata_uri"])
         pids = bookie_pids(sandbox.proc.pid)
         writer = subprocess.Popen(
-            [sys.executable, "-m", "bkctl", "ledger", "write", "--entries", str(ENTRIES), "--size", "1024",
-             "-o", "json"],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [sys.executable, "-m", "bkctl", "ledger", "write", "--from-file", "-", "-o", "json"],
+            cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env={**os.environ, "BKCTL_METADATA": uri},
         )  # fmt: skip
-        assert writer.stderr is not None
+        assert writer.stderr is not None and writer.stdin is not None
         created = writer.stderr.readline()  # "ledger N created on a,b,c"
         assert "created on" in created, created
         victim = created.split()[-1].split(",")[0]
-        time.sleep(0.3)  # some adds acknowledged, many still to go
+        half = ENTRIES // 2
+        writer.stdin.write("".join(entry_line(i) for i in range(half)))
+        writer.stdin.flush()
+        time.sleep(0.3)  # some adds acknowledged; the second half must go to a new ensemble
         os.kill(pids[victim], signal.SIGKILL)
+        writer.stdin.write("".join(entry_line(i) for i in range(half, ENTRIES)))
         out, err = writer.communicate(timeout=WAIT_S * 2)
         assert writer.returncode == 0, created + err
         result = json.loads(out)
@@ -63,8 +73,9 @@ def test_bookie_killed_mid_write_loses_no_acknowledged_entry(tmp_path: Path) -> 
         info = json.loads(bkctl("ledger", "inspect", ledger, "-o", "json", metadata=uri).stdout)
         assert info["state"] == "CLOSED" and info["last_entry_id"] == ENTRIES - 1
         assert len(info["segments"]) >= 2 and victim not in info["segments"][-1]["ensemble"]
-        read = bkctl("ledger", "read", ledger, "-o", "plain", metadata=uri)
+        read = bkctl("ledger", "read", ledger, "--as-text", "-o", "plain", metadata=uri)
         assert read.returncode == 0, read.stderr
-        assert [line.split("\t")[0] for line in read.stdout.splitlines()] == [str(i) for i in range(ENTRIES)]
+        rows = [line.split("\t") for line in read.stdout.splitlines()]
+        assert [(row[0], row[2] + "\n") for row in rows] == [(str(i), entry_line(i)) for i in range(ENTRIES)]
     finally:
         sandbox.stop()
