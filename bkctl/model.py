@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -41,6 +42,7 @@ class DigestType(Enum):
             raise UsageError(f"unknown digest type {text!r}: use crc32, crc32c, mac or dummy") from None
 
 
+_BOOKIE_NAME = re.compile(r"[A-Za-z0-9:._-]{1,255}")
 _DIGEST_SIZES = {DigestType.CRC32: 8, DigestType.MAC: 20, DigestType.CRC32C: 4, DigestType.DUMMY: 0}
 
 
@@ -54,7 +56,7 @@ class LedgerState(Enum):
 
 @dataclass(frozen=True, order=True)
 class BookieId:
-    """A bookie's identity, `host:port` (BookKeeper also allows a free-form id; we require a port)."""
+    """A bookie's address identity, `host:port` (ids may also be names: see check_name)."""
 
     host: str
     port: int
@@ -78,6 +80,16 @@ class BookieId:
 
     def __str__(self) -> str:
         return f"{self.host}:{self.port}"
+
+    @staticmethod
+    def check_name(text: str) -> str:
+        """A bookie id as Java 4.12+ allows (`bookieId`): host:port or a name of letters, digits and
+        `:._-`, not `readonly`; UsageError otherwise. Clients find a named bookie by its registration."""
+        if not _BOOKIE_NAME.fullmatch(text) or text == "readonly":
+            raise UsageError(
+                f"bad bookie id {text!r}: expected host:port or a name of letters, digits and :._-"
+            )
+        return text
 
 
 @dataclass(frozen=True)

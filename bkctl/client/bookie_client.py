@@ -31,7 +31,7 @@ from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
 from bkctl import limits
-from bkctl.errors import ProtocolError, TimeoutError_, UnavailableError
+from bkctl.errors import ProtocolError, TimeoutError_, UnavailableError, UsageError
 from bkctl.model import BookieId
 from bkctl.netio import write_now
 from bkctl.protocol import wire
@@ -47,6 +47,8 @@ Key = tuple[int, int, int]
 OnReply = Callable[[Any, int, bytes], None]
 # What a request is sent as: its key (opcode, ledger id, entry id), its frame, the argument of on_reply.
 Item = tuple[Key, bytes, Any]
+# bookie id -> the host and port its registration names (None: not registered, or no bookie-rpc endpoint).
+Resolver = Callable[[str], "Deferred[tuple[str, int] | None]"]
 # A request waiting for its reply: [on_reply or None once answered / timed out, argument, deadline].
 _Waiter = list[Any]
 
@@ -138,6 +140,7 @@ class BookieClient:
         backoff_max_ms: int = limits.CLIENT_RECONNECT_BACKOFF_MS_MAX,
         requests_max: int = limits.CLIENT_REQUESTS_PER_BOOKIE_MAX,
         address: tuple[str, int] | None = None,
+        resolver: Resolver | None = None,
     ) -> None:
         self.bookie_id = bookie_id
         self._reactor = reactor
@@ -146,9 +149,11 @@ class BookieClient:
         self._backoff_min_s = backoff_min_ms / 1000.0
         self._backoff_max_s = backoff_max_ms / 1000.0
         self._requests_max = requests_max
-        # Where to connect: the id itself (host:port), unless told otherwise (a bookie whose id is not
-        # its listening address, as BookieServiceInfo endpoints allow).
+        # Where to connect: a given address; else, at each connection, the `bookie-rpc` endpoint the bookie
+        # registered (its id need not be its address, as in Java's DefaultBookieAddressResolver); else
+        # the id itself when it is host:port.
         self._address: tuple[str, int] | None = address or _address(bookie_id)
+        self._resolver = None if address is not None else resolver
         self._connection: _Connection | None = None
         self._connecting = False
         self._closed = False
@@ -219,7 +224,7 @@ class BookieClient:
 
     def _refused(self, count: int) -> int:
         """How many of `count` new requests must fail now (all when unreachable, the excess at the bound)."""
-        if self._closed or self._address is None:
+        if self._closed or (self._address is None and self._resolver is None):
             return count
         if self._connection is None and not self._connecting and not self._connect():
             return count
@@ -351,12 +356,32 @@ class BookieClient:
         """Start connecting unless in backoff; False when the request must fail now."""
         if self._reactor.seconds() < self._retry_at:
             return False
-        assert self._address is not None
         self._connecting = True
         self._buffer = bytearray()
-        host, port = self._address
-        self._reactor.connectTCP(host, port, _Factory(self), timeout=self._connect_timeout_s)
+        if self._resolver is None:
+            self._connect_to(self._address)
+        else:
+            resolving = self._resolver(self.bookie_id)
+            resolving.addErrback(self._resolve_failed)
+            resolving.addCallback(self._connect_to)
         return True
+
+    def _resolve_failed(self, reason: Failure) -> None:
+        # The registration cannot be read (metadata store down): the id's own address, if it has one.
+        log.info("bookie %s: address lookup failed: %s", self.bookie_id, reason.getErrorMessage())
+
+    def _connect_to(self, registered: tuple[str, int] | None) -> None:
+        address = registered or self._address
+        if self._closed or address is None:
+            self._connecting = False
+            if address is None:
+                log.warning("bookie %s is not registered and its id is not host:port", self.bookie_id)
+                self._start_backoff()
+            self._fail_all()
+            return
+        self._address = address
+        host, port = address
+        self._reactor.connectTCP(host, port, _Factory(self), timeout=self._connect_timeout_s)
 
     def _connected(self, connection: _Connection) -> None:
         self._connecting = False
@@ -445,10 +470,10 @@ class BookieClient:
 
 
 def _address(bookie_id: str) -> tuple[str, int] | None:
+    """The id as an address when it is host:port (a name is only reachable through its registration)."""
     try:
         parsed = BookieId.parse(bookie_id)
-    except Exception:
-        log.warning("bookie id %r is not host:port; it cannot be reached", bookie_id)
+    except UsageError:
         return None
     return parsed.host, parsed.port
 
@@ -456,25 +481,17 @@ def _address(bookie_id: str) -> tuple[str, int] | None:
 class BookieClients:
     """The pool: one BookieClient per bookie id, all sharing one reactor and one set of options."""
 
-    def __init__(self, reactor: Any, **options: int) -> None:
+    def __init__(self, reactor: Any, resolver: Resolver | None = None, **options: int) -> None:
         self._reactor = reactor
-        self._options = options
+        self._resolver = resolver
+        self._options: dict[str, Any] = options  # BookieClient's int keywords
         self._clients: dict[str, BookieClient] = {}
-        self._addresses: dict[str, tuple[str, int]] = {}
         self._closed = False
-
-    def set_address(self, bookie_id: str, host: str, port: int) -> None:
-        """Connect to host:port for `bookie_id` (from now on; an open connection is kept)."""
-        self._addresses[bookie_id] = (host, port)
-        client = self._clients.get(bookie_id)
-        if client is not None:
-            client._address = (host, port)
 
     def get(self, bookie_id: str) -> BookieClient:
         client = self._clients.get(bookie_id)
         if client is None:
-            address = self._addresses.get(bookie_id)
-            client = BookieClient(bookie_id, self._reactor, address=address, **self._options)
+            client = BookieClient(bookie_id, self._reactor, **self._options, resolver=self._resolver)
             if self._closed:
                 client.close()
             self._clients[bookie_id] = client

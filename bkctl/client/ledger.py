@@ -591,7 +591,7 @@ class Client:
         self.layout = layout
         self.reactor = reactor
         self.rng = rng or random.Random()
-        self.bookies = bookies or BookieClients(reactor, **bookie_options)
+        self.bookies = bookies or BookieClients(reactor, self._registered_address, **bookie_options)
         # Recovery reads kept in flight past the LAC; 1 reproduces a one-at-a-time reader's frames.
         self.recovery_reads_in_flight = recovery_reads_in_flight
 
@@ -601,6 +601,9 @@ class Client:
 
     def close(self) -> Deferred[None]:
         return self.bookies.close()
+
+    def _registered_address(self, bookie_id: str) -> Deferred[tuple[str, int] | None]:
+        return self.in_thread(self.layout.bookie_rpc_address, bookie_id)
 
     # --- create -----------------------------------------------------------------------------------
 

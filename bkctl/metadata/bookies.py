@@ -82,6 +82,20 @@ class BookiesLayout(LayoutBase):
         data, _ = self.store.get(self.bookie_path(bookie_id, readonly=readonly))
         return mf.decode_bookie_service_info(data)
 
+    def bookie_rpc_address(self, bookie_id: str) -> tuple[str, int] | None:
+        """Where a registered bookie takes requests: its `bookie-rpc` endpoint (read-write registration
+        first, then read-only), as Java clients resolve ids; None when unregistered or not stated."""
+        for readonly in (False, True):
+            data = self._data_or_none(self.bookie_path(bookie_id, readonly=readonly))
+            if data is None:
+                continue
+            endpoints = mf.decode_bookie_service_info(data).endpoints
+            for endpoint in endpoints:
+                if endpoint.protocol == "bookie-rpc" and endpoint.host and endpoint.port > 0:
+                    return endpoint.host, endpoint.port
+            return None
+        return None
+
     # --- cookies ------------------------------------------------------------------------------------
 
     def cookie_path(self, bookie_id: str) -> str:

@@ -229,7 +229,7 @@ def _field(name: str, convert: Callable[[str, str], Any]) -> Setter:
 def _bookie_id(key: str, value: str) -> str:
     text = _text(key, value)
     try:
-        BookieId.parse(text)
+        BookieId.check_name(text)
     except UsageError as exc:
         raise UsageError(f"config key {key}: {exc}") from None
     return text

@@ -61,10 +61,7 @@ async def test_recovery_and_reads_of_java_written_ledgers(tmp_path: Path) -> Non
             config = load_config(bookie_flags(tmp_path / f"b{n}", bookieId=f"127.0.0.1:3318{n}"))
             service = BookieService(config, uri)
             cluster.bookies.append(await bounded(service.start()))
-        client = cluster.client()
-        for service in cluster.bookies:
-            # The Java ids name ports we do not listen on: tell the client where each bookie is.
-            client.bookies.set_address(service.bookie_id, "127.0.0.1", service.port)
+        client = cluster.client()  # the Java ids name ports we do not listen on: found by registration
 
         recovered = await bounded(client.open_ledger(1, PASSWORD))
         java = decode_ledger_metadata(ledger_znode(DUMP_5, 1))

@@ -125,7 +125,9 @@ def test_zk_servers_and_http() -> None:
         ("diskUsageThreshold", "1.5"),
         ("journalAlignmentSize", "1000"),
         ("nettyMaxFrameSizeBytes", "100"),
-        ("bookieId", "no-port"),
+        ("bookieId", "has space"),
+        ("bookieId", "readonly"),
+        ("bookieId", "a/b"),
         ("advertisedAddress", "  "),
     ],
 )
