@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from twisted.internet import reactor
+from twisted.internet import defer, reactor
 
 from bkctl.metadata.layout import Layout
 from bkctl.recovery.daemon import autorecovery_daemon
@@ -99,4 +99,43 @@ async def test_the_periodic_check_finds_a_wiped_bookie_and_the_worker_repairs_it
     finally:
         if daemon is not None:
             await bounded(daemon.stop())
+        await cluster.stop()
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "zookeeper"])
+@twisted_test
+async def test_two_bookies_lost_at_once_heal_together(
+    tmp_path: Path, backend: str, request: pytest.FixtureRequest
+) -> None:
+    """Two bookies of one ensemble go at the same moment (a rack's power): one audit marks every ledger
+    with both as missing replicas (a second lost bookie audits at once), and the worker copies both
+    fragments of each from the one copy left (Qw = E = 3) to the two spare bookies."""
+    uri = request.getfixturevalue("zk_chroot") if backend == "zookeeper" else None
+    cluster = await Cluster(tmp_path, uri).start(5)
+    assert cluster.store is not None and cluster.layout is not None
+    layout = cluster.layout
+    daemon = autorecovery_daemon(Layout(cluster.store), reactor, "ar-1", worker_config=FAST)
+    await bounded(daemon.start())
+    try:
+        client = cluster.client(seed=7)
+        ensemble = [str(b.bookie_id) for b in cluster.bookies[:3]]
+        ids = []
+        for _ in range(4):
+            lh = await bounded(client.create_ledger(3, 3, 2, password=PW, ensemble=ensemble))
+            await bounded(lh.add_many(payloads(80)))
+            await bounded(lh.close())
+            ids.append(lh.ledger_id)
+        victims = set(ensemble[:2])
+        await bounded(defer.gatherResults([cluster.bookie(v).stop() for v in victims]))
+
+        def healed() -> bool:
+            ensembles = [set(g.ensemble) for _, md in layout.read_ledgers(ids) for g in md.segments]
+            return not list(layout.underreplicated_ids()) and not any(victims & e for e in ensembles)
+
+        await until(healed, "no mark left and no ensemble naming either lost bookie")
+        for ledger_id in ids:
+            await assert_fully_replicated(cluster, ledger_id, victims)
+        assert victims <= set(daemon.status()["lost_bookies"])
+    finally:
+        await bounded(daemon.stop())
         await cluster.stop()
