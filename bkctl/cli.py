@@ -42,6 +42,7 @@ COMMAND_MODULES = (
     "bkctl.commands.bench",
     "bkctl.commands.underreplicated",
     "bkctl.commands.autorecovery",
+    "bkctl.commands.audit",
 )
 
 HELP = """Run, inspect and repair an Apache BookKeeper-compatible replicated log.

@@ -8,6 +8,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,17 @@ def zookeeper() -> Iterator[ZooKeeperServer]:
         pytest.fail(f"the test ZooKeeper did not start: {exc}")
     yield server
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local SparkSession for the whole test session (its JVM takes seconds to start)."""
+    from bkctl.pipeline.session import spark_session
+
+    session = spark_session("local[2]")
+    session.conf.set("spark.sql.shuffle.partitions", "2")
+    yield session
+    session.stop()
 
 
 @pytest.fixture

@@ -5,7 +5,11 @@ It sits above `store.py` (the API) and the backends that implement it, so none o
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from bkctl import limits
+from bkctl.metadata.layout import Layout
 from bkctl.metadata.retry import RetryPolicy
 from bkctl.metadata.store import (
     MetadataLocation,
@@ -48,3 +52,11 @@ def open_store(
         connect_timeout_ms=connect_timeout_ms,
         retry=retry,
     )
+
+
+@contextmanager
+def layout_at(uri: str) -> Iterator[Layout]:
+    """The cluster layout at `uri` (its store and ledgers root), closed on exit; no initialized check."""
+    location = parse_metadata_uri(uri)
+    with open_store(location) as store:
+        yield Layout(store, location.root)

@@ -1,0 +1,140 @@
+"""`bkctl audit`: the Spark replica audit of every entry against the bookies' files (bkctl/pipeline)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from bkctl.commands.options import MetadataOption, metadata_choice
+from bkctl.commands.output import (
+    Column,
+    OutputFormat,
+    OutputOption,
+    message,
+    resolve,
+    write_json,
+    write_mapping,
+    write_rows,
+    write_title,
+)
+from bkctl.errors import ProblemsFound, UnavailableError, UsageError
+
+FIRST_PER_KIND = 10
+FINDING_COLUMNS = [
+    Column("kind", "KIND"),
+    Column("ledger_id", "LEDGER", numeric=True),
+    Column("bookie", "BOOKIE"),
+    Column("first_entry_id", "FIRST", numeric=True),
+    Column("last_entry_id", "LAST", numeric=True),
+    Column("entries", "ENTRIES", numeric=True),
+]
+SPARK_MISSING = "pyspark is not installed: pip install 'bkctl[spark]' (needs Java 17+)"
+
+
+def register(root: typer.Typer) -> None:
+    root.command("audit")(audit)
+
+
+def audit(
+    bookie_dir: Annotated[
+        list[str],
+        typer.Option(
+            "--bookie-dir",
+            help="[ID=]DIR: a bookie's journal or ledger directory, or its root (repeatable); the bookie "
+            "is named by the directory's cookie unless ID= is given.",
+        ),
+    ],
+    verify_digests: Annotated[
+        bool, typer.Option("--verify-digests", help="Check the digest of every stored copy.")
+    ] = False,
+    sample: Annotated[
+        float,
+        typer.Option(
+            "--sample", min=0.0001, max=1.0, help="With --verify-digests: check this fraction."
+        ),
+    ] = 1.0,
+    ledgers: Annotated[str | None, typer.Option("--ledgers", help="Only ledgers A-B (inclusive).")] = None,
+    output_dir: Annotated[
+        Path | None, typer.Option("--output-dir", help="Write Parquet findings and totals to this directory.")
+    ] = None,
+    mark: Annotated[
+        bool,
+        typer.Option(
+            "--mark-underreplicated", help="Mark ledgers missing a replica (autorecovery repairs them)."
+        ),
+    ] = False,
+    master: Annotated[
+        str | None, typer.Option("--master", help="Spark master URL (default $BKCTL_SPARK_MASTER, local[*]).")
+    ] = None,
+    remote: Annotated[str | None, typer.Option("--remote", help="Spark Connect URL, sc://host:port.")] = None,
+    metadata: MetadataOption = None,
+    output: OutputOption = None,
+) -> None:
+    """Check every entry's replicas: what the metadata says each bookie holds against its files.
+
+    Findings: missing, lost, extra, orphan, corrupt, divergent (docs/commands/audit.md). Exit 0 when
+    clean, 3 when anything was found or a file could not be read.
+    """
+    fmt = resolve(output)
+    uri = metadata_choice(metadata)
+    options = _options(ledgers, verify_digests, sample, output_dir)
+    try:
+        from bkctl.pipeline.audit import mark_underreplicated, run_audit
+        from bkctl.pipeline.inventory import resolve_bookie_dirs
+        from bkctl.pipeline.session import spark_session
+    except ImportError as exc:
+        if "pyspark" in str(exc) or "pyarrow" in str(exc):
+            raise UnavailableError(SPARK_MISSING) from None
+        raise
+    bookies = resolve_bookie_dirs(bookie_dir)
+    spark = spark_session(master, remote, progress=sys.stderr.isatty())
+    try:
+        result = run_audit(spark, uri, bookies, options)
+    finally:
+        spark.stop()
+    if mark:
+        marked = mark_underreplicated(uri, result.findings)
+        message(f"marked {len(marked)} ledger(s) under-replicated")
+    _render(result.as_dict(), fmt)
+    for error in result.errors:
+        message(f"bkctl: error: {error}")
+    if not result.clean:
+        raise ProblemsFound(f"{len(result.findings)} finding(s), {len(result.errors)} unreadable file(s)")
+
+
+def _options(ledgers: str | None, verify: bool, sample: float, output_dir: Path | None) -> Any:
+    from bkctl.pipeline.audit import AuditOptions
+
+    if sample < 1.0 and not verify:
+        raise UsageError("--sample goes with --verify-digests")
+    return AuditOptions(_ledger_range(ledgers), verify, sample, output_dir)
+
+
+def _ledger_range(text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    first, sep, last = text.partition("-")
+    if not sep or not first.isdigit() or not last.isdigit() or int(first) > int(last):
+        raise UsageError(f"--ledgers {text!r}: expected A-B with A <= B, e.g. 0-999")
+    return int(first), int(last)
+
+
+def _render(document: dict[str, Any], fmt: OutputFormat) -> None:
+    if fmt is OutputFormat.json:
+        write_json(document)
+        return
+    write_mapping(document["summary"], fmt)
+    findings = document["findings"]
+    if not findings:
+        return
+    write_title("\nfindings (the first of each kind; -o json lists all):", fmt)
+    shown: dict[str, int] = {}
+    rows = []
+    for finding in findings:
+        shown[finding["kind"]] = shown.get(finding["kind"], 0) + 1
+        if shown[finding["kind"]] <= FIRST_PER_KIND:
+            rows.append(finding)
+    write_rows(rows, FINDING_COLUMNS, fmt)

@@ -1,0 +1,265 @@
+"""What the audit reads, as plain Python: the bookies' directories (who they are, from their cookies),
+what each bookie's files hold (index files, and the journal after lastMark), and ledger metadata by
+segment. No pyspark here: `sources.py` wraps these generators as Spark data sources, and tests call
+them directly. Every reader opens files read-only (bkctl.files); nothing is ever written.
+
+A bookie "holds" an entry when its index has a slot for it (what a bookie serves reads from) or when the
+journal after its lastMark has it (acknowledged, not yet checkpointed into the index).
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bkctl.errors import BkctlError, UsageError
+from bkctl.files.index import index_entries, open_index
+from bkctl.files.marks import read_last_mark
+from bkctl.metadata.stores import layout_at
+from bkctl.model import INVALID_ENTRY_ID, DigestType, LedgerState
+from bkctl.protocol import entry as entry_codec
+from bkctl.protocol import entrylog_format as ef
+from bkctl.protocol import index_format as ixf
+from bkctl.protocol import journal_format as jf
+from bkctl.protocol.journal_format import RecordKind
+from bkctl.server.cookies import read_local_cookie
+from bkctl.server.entrylog import EntryLogReader
+from bkctl.server.journal import list_journals
+from bkctl.server.replay import replay
+
+CURRENT = "current"
+LAST_MARK = "lastMark"
+
+# One row of a bookie's contents: (bookie, ledger_id, entry_id, digest_ok, payload_crc, problem).
+# digest_ok and payload_crc are None unless digests are verified; a problem row (a file that cannot be
+# read) has ledger_id -1 and names the file in `problem`.
+HoldingRow = tuple[str, int, int, bool | None, int | None, str | None]
+HOLDING_SCHEMA = (
+    "bookie string, ledger_id long, entry_id long, digest_ok boolean, payload_crc long, problem string"
+)
+
+
+@dataclass
+class BookieDirs:
+    """One bookie's directories found on this machine (their `current/` subdirectories)."""
+
+    bookie_id: str
+    ledger_dirs: list[Path] = field(default_factory=list)
+    journal_dirs: list[Path] = field(default_factory=list)
+
+
+def resolve_bookie_dirs(specs: Iterable[str]) -> list[BookieDirs]:
+    """`[ID=]DIR` arguments -> bookies. DIR is a journal or ledger directory, or a bookie's root holding
+    several; the bookie id comes from each directory's cookie unless ID= gives it. UsageError for a
+    directory that is neither, or has no cookie and no ID."""
+    found: dict[str, BookieDirs] = {}
+    for spec in specs:
+        given, _, text = spec.rpartition("=") if "=" in spec else ("", "", spec)
+        for directory in _data_dirs(Path(text)):
+            bookie = given or _cookie_bookie(directory)
+            dirs = found.setdefault(bookie, BookieDirs(bookie))
+            target = dirs.journal_dirs if _is_journal_dir(directory) else dirs.ledger_dirs
+            if directory not in target:
+                target.append(directory)
+    return sorted(found.values(), key=lambda b: b.bookie_id)
+
+
+def _data_dirs(path: Path) -> list[Path]:
+    """`path/current` when `path` is a bookie directory, else those of its subdirectories (a root)."""
+    if not path.is_dir():
+        raise UsageError(f"--bookie-dir {path}: no such directory")
+    if (path / CURRENT).is_dir():
+        return [path / CURRENT]
+    found = sorted(p / CURRENT for p in path.iterdir() if (p / CURRENT).is_dir())
+    if not found:
+        raise UsageError(f"--bookie-dir {path}: not a bookie directory (no current/ in it or below it)")
+    return found
+
+
+def _cookie_bookie(current: Path) -> str:
+    stored = read_local_cookie(current.parent)
+    if stored.cookie is None:
+        why = stored.problem or "no cookie"
+        raise UsageError(f"--bookie-dir {current.parent}: {why} ({stored.location}); give it as ID=DIR")
+    return stored.cookie.bookie_id
+
+
+def _is_journal_dir(current: Path) -> bool:
+    return any(jf.parse_journal_file_name(p.name) is not None for p in current.iterdir())
+
+
+# --- what a bookie holds -----------------------------------------------------------------------------
+
+
+def index_files(bookie: BookieDirs) -> list[Path]:
+    """Every `<x>/<y>/<hex>.idx` under the bookie's ledger dirs (Java's default: index in ledger dirs)."""
+    files = []
+    for current in bookie.ledger_dirs:
+        files += [p for p in current.glob("*/*/*.idx") if ixf.parse_index_file_name(p.name) is not None]
+    return sorted(files)
+
+
+@dataclass(frozen=True)
+class Verify:
+    """Digest checking: the digest type and MAC key of each ledger (None: do not check)."""
+
+    keys: dict[int, tuple[DigestType, bytes | None]]
+    sample: float = 1.0
+
+    def sampled(self, ledger_id: int, entry_id: int) -> bool:
+        if self.sample >= 1.0:
+            return True
+        # Deterministic per entry so every copy of one entry is checked, or none (divergence needs both).
+        return (zlib.crc32(f"{ledger_id}:{entry_id}".encode()) & 0xFFFF) < self.sample * 0x10000
+
+    def check(self, ledger_id: int, stored: bytes) -> tuple[bool | None, int | None]:
+        """(digest ok, CRC-32 of the payload) of one stored entry; (None, None) for unknown ledgers."""
+        key = self.keys.get(ledger_id)
+        if key is None:
+            return None, None
+        digest, mac_key = key
+        ok = digest is DigestType.DUMMY or entry_codec.digest_matches(stored, digest, mac_key)
+        payload = memoryview(stored)[entry_codec.HEADER_SIZE + digest.digest_size :]
+        return ok, zlib.crc32(payload)
+
+
+def index_holdings(bookie: BookieDirs, path: Path, verify: Verify | None) -> Iterator[HoldingRow]:
+    """The entries one index file says the bookie holds (a problem row when it cannot be read)."""
+    try:
+        index = open_index(path)
+        if index.ledger_id is None:
+            return
+        reader = EntryLogReader(tuple(d.parent for d in bookie.ledger_dirs)) if verify else None
+        # A slot in an entry log that is gone (deleted by hand) is not a copy the bookie can serve.
+        logs = entry_log_ids(bookie)
+        slots = (slot for slot in index_entries(index) if slot[1] in logs)
+        try:
+            yield from _index_rows(bookie.bookie_id, index.ledger_id, slots, reader, verify)
+        finally:
+            if reader is not None:
+                reader.close()
+    except (BkctlError, OSError) as exc:
+        yield (bookie.bookie_id, -1, -1, None, None, f"{path}: {exc}")
+
+
+def entry_log_ids(bookie: BookieDirs) -> set[int]:
+    found = (ef.parse_log_file_name(p.name) for d in bookie.ledger_dirs for p in d.glob("*.log"))
+    return {log_id for log_id in found if log_id is not None}
+
+
+def _index_rows(
+    bookie: str,
+    ledger_id: int,
+    slots: Iterator[tuple[int, int, int]],
+    reader: EntryLogReader | None,
+    verify: Verify | None,
+) -> Iterator[HoldingRow]:
+    for entry_id, log_id, offset in slots:
+        if reader is None or verify is None or not verify.sampled(ledger_id, entry_id):
+            yield (bookie, ledger_id, entry_id, None, None, None)
+            continue
+        try:
+            stored = reader.read(ef.entry_location(log_id, offset), ledger_id, entry_id)
+        except (BkctlError, OSError):
+            yield (bookie, ledger_id, entry_id, False, None, None)  # unreadable copy: corrupt
+            continue
+        ok, crc = verify.check(ledger_id, stored)
+        yield (bookie, ledger_id, entry_id, ok, crc, None)
+
+
+def journal_holdings(bookie: BookieDirs, journal_dir: Path, verify: Verify | None) -> Iterator[HoldingRow]:
+    """Entries in one journal directory after the bookie's lastMark: acknowledged, maybe not indexed."""
+    rows: list[HoldingRow] = []
+
+    def apply(kind: RecordKind, body: memoryview) -> None:
+        if kind is RecordKind.DATA:
+            ledger_id, entry_id = jf.record_key(body)
+            checked: tuple[bool | None, int | None] = (None, None)
+            if verify is not None and verify.sampled(ledger_id, entry_id):
+                checked = verify.check(ledger_id, bytes(body))
+            rows.append((bookie.bookie_id, ledger_id, entry_id, *checked, None))
+
+    try:
+        if list_journals(journal_dir):
+            replay(journal_dir, _last_mark(bookie, journal_dir), apply)
+    except (BkctlError, OSError) as exc:
+        rows.append((bookie.bookie_id, -1, -1, None, None, f"{journal_dir}: {exc}"))
+    return iter(rows)
+
+
+def _last_mark(bookie: BookieDirs, journal_dir: Path) -> tuple[int, int]:
+    """The newest lastMark of this journal over the ledger dirs ((-1, 0): read the journal whole)."""
+    index = sorted(bookie.journal_dirs).index(journal_dir)
+    names = [LAST_MARK] if len(bookie.journal_dirs) == 1 else [f"{LAST_MARK}.{index}"]
+    marks = [(-1, 0)]
+    for current in bookie.ledger_dirs:
+        for name in names:
+            if (current / name).is_file():
+                mark = read_last_mark(current / name)
+                marks.append((mark.journal_id, mark.offset))
+    return max(marks)
+
+
+def ledger_record_bytes(bookie: BookieDirs, ledger_id: int) -> int:
+    """Bytes one ledger takes in the bookie's entry logs (records with their size prefixes)."""
+    total = 0
+    logs = {p.name: p for d in bookie.ledger_dirs for p in d.glob("*.log")}
+    for current in bookie.ledger_dirs:
+        path = current / ixf.index_path(ledger_id)
+        if not path.is_file():
+            continue
+        for _, log_id, offset in index_entries(open_index(path)):
+            log = logs.get(ef.log_file_name(log_id))
+            if log is not None:
+                total += _record_size(log, offset)
+    return total
+
+
+def _record_size(log: Path, offset: int) -> int:
+    fd = os.open(log, os.O_RDONLY)
+    try:
+        return 4 + max(0, int.from_bytes(os.pread(fd, 4, offset - 4), "big", signed=True))
+    finally:
+        os.close(fd)
+
+
+# --- ledger metadata ---------------------------------------------------------------------------------
+
+# One row per segment: ledger_id, state, last_entry_id (closed: the last entry; open: -1, the end comes
+# from what the bookies hold), ensemble_size, write_quorum, ack_quorum, first_entry_id, segment_last
+# (-1: to the ledger's end), ensemble, problem (a node that does not decode: ledger_id its id or -1).
+SEGMENT_SCHEMA = (
+    "ledger_id long, state string, last_entry_id long, ensemble_size int, write_quorum int, "
+    "ack_quorum int, first_entry_id long, segment_last long, ensemble array<string>, problem string"
+)
+
+
+def segment_rows(uri: str, ledger_ids: list[int]) -> Iterator[tuple[Any, ...]]:
+    """The segments of the given ledgers, read from the metadata store (in an executor or the driver)."""
+    problems: list[tuple[str, str]] = []
+    with layout_at(uri) as layout:
+        for ledger_id, md in layout.read_ledgers(ledger_ids, lambda p, why: problems.append((p, why))):
+            closed = md.state is LedgerState.CLOSED
+            last = md.last_entry_id if closed else INVALID_ENTRY_ID
+            for i, segment in enumerate(md.segments):
+                after = (
+                    md.segments[i + 1].first_entry_id - 1 if i + 1 < len(md.segments) else INVALID_ENTRY_ID
+                )
+                yield (
+                    ledger_id,
+                    md.state.name,
+                    last,
+                    md.ensemble_size,
+                    md.write_quorum,
+                    md.ack_quorum,
+                    segment.first_entry_id,
+                    after,
+                    list(segment.ensemble),
+                    None,
+                )
+    for path, why in problems:
+        yield (-1, "", INVALID_ENTRY_ID, 0, 0, 0, 0, INVALID_ENTRY_ID, [], f"{path}: {why}")

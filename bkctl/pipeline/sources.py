@@ -1,0 +1,200 @@
+"""The audit's inputs as PySpark Python data sources (`pyspark.sql.datasource`), producing Arrow record
+batches: ledger metadata partitioned by ledger id ranges, bookie contents partitioned by file. The
+readers run in executors: everything they need travels in the options (JSON) and partition values."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from bkctl.model import DigestType
+from bkctl.pipeline import inventory
+from bkctl.pipeline.inventory import BookieDirs, Verify
+
+BATCH_ROWS = 65536
+# Index files per partition at most (few big tasks beat many small ones: a task costs ~10 ms).
+FILES_PER_PARTITION_MAX = 256
+
+_HOLDING_TYPES = (pa.string(), pa.int64(), pa.int64(), pa.bool_(), pa.int64(), pa.string())
+_HOLDING_NAMES = ("bookie", "ledger_id", "entry_id", "digest_ok", "payload_crc", "problem")
+_SEGMENT_TYPES = (
+    pa.int64(),
+    pa.string(),
+    pa.int64(),
+    pa.int32(),
+    pa.int32(),
+    pa.int32(),
+    pa.int64(),
+    pa.int64(),
+    pa.list_(pa.string()),
+    pa.string(),
+)
+_SEGMENT_NAMES = (
+    "ledger_id",
+    "state",
+    "last_entry_id",
+    "ensemble_size",
+    "write_quorum",
+    "ack_quorum",
+    "first_entry_id",
+    "segment_last",
+    "ensemble",
+    "problem",
+)
+
+
+def batches(rows: Iterator[tuple[Any, ...]], names: tuple[str, ...], types: tuple[Any, ...]) -> Iterator[Any]:
+    """Arrow record batches of at most BATCH_ROWS rows each."""
+    chunk: list[tuple[Any, ...]] = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) >= BATCH_ROWS:
+            yield _batch(chunk, names, types)
+            chunk = []
+    if chunk:
+        yield _batch(chunk, names, types)
+
+
+def _batch(rows: list[tuple[Any, ...]], names: tuple[str, ...], types: tuple[Any, ...]) -> Any:
+    columns = [
+        pa.array(list(values), type=t) for values, t in zip(zip(*rows, strict=True), types, strict=True)
+    ]
+    return pa.RecordBatch.from_arrays(columns, names=list(names))
+
+
+# --- bookie files ------------------------------------------------------------------------------------
+
+
+def bookie_options(bookies: list[BookieDirs], verify: Verify | None) -> dict[str, str]:
+    """Data source options for `bookie_files`: the bookies' directories and the digest keys."""
+    encoded = [
+        {
+            "bookie_id": b.bookie_id,
+            "ledger_dirs": list(map(str, b.ledger_dirs)),
+            "journal_dirs": list(map(str, b.journal_dirs)),
+        }
+        for b in bookies
+    ]
+    options = {"bookies": json.dumps(encoded)}
+    if verify is not None:
+        keys = {str(k): [d.name, None if mac is None else mac.hex()] for k, (d, mac) in verify.keys.items()}
+        options["verify"] = json.dumps({"keys": keys, "sample": verify.sample})
+    return options
+
+
+def _decode_bookies(options: Mapping[str, str]) -> list[BookieDirs]:
+    return [
+        BookieDirs(b["bookie_id"], [Path(d) for d in b["ledger_dirs"]], [Path(d) for d in b["journal_dirs"]])
+        for b in json.loads(options["bookies"])
+    ]
+
+
+def _decode_verify(options: Mapping[str, str]) -> Verify | None:
+    if "verify" not in options:
+        return None
+    raw = json.loads(options["verify"])
+    keys = {
+        int(k): (DigestType[name], None if mac is None else bytes.fromhex(mac))
+        for k, (name, mac) in raw["keys"].items()
+    }
+    return Verify(keys, float(raw["sample"]))
+
+
+class BookieFiles(DataSource):
+    """`spark.read.format("bkctl_bookie_files").options(**bookie_options(...)).load()`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "bkctl_bookie_files"
+
+    def schema(self) -> str:
+        return inventory.HOLDING_SCHEMA
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return BookieFilesReader(self.options)
+
+
+class BookieFilesReader(DataSourceReader):
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.bookies = _decode_bookies(options)
+        self.verify = _decode_verify(options)
+
+    def partitions(self) -> list[InputPartition]:
+        parts: list[InputPartition] = []
+        for i, bookie in enumerate(self.bookies):
+            files = [str(p) for p in inventory.index_files(bookie)]
+            for start in range(0, len(files), FILES_PER_PARTITION_MAX):
+                parts.append(InputPartition(("index", i, files[start : start + FILES_PER_PARTITION_MAX])))
+            parts += [InputPartition(("journal", i, [str(d)])) for d in sorted(bookie.journal_dirs)]
+        return parts or [InputPartition(("none", 0, []))]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        kind, i, paths = partition.value
+        if kind == "none":
+            return
+        bookie = self.bookies[i]
+        for path in map(Path, paths):
+            if kind == "index":
+                rows = inventory.index_holdings(bookie, path, self.verify)
+            else:
+                rows = inventory.journal_holdings(bookie, path, self.verify)
+            yield from batches(rows, _HOLDING_NAMES, _HOLDING_TYPES)
+
+
+# --- ledger metadata ---------------------------------------------------------------------------------
+
+
+class LedgerSegments(DataSource):
+    """`spark.read.format("bkctl_ledger_segments").options(uri=..., ids=JSON, partitions=N).load()`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "bkctl_ledger_segments"
+
+    def schema(self) -> str:
+        return inventory.SEGMENT_SCHEMA
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return LedgerSegmentsReader(self.options)
+
+
+class LedgerSegmentsReader(DataSourceReader):
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.uri = options["uri"]
+        self.ids: list[int] = json.loads(options["ids"])
+        self.count = max(1, int(options.get("partitions", "2")))
+
+    def partitions(self) -> list[InputPartition]:
+        size = max(1, -(-len(self.ids) // self.count))
+        return [InputPartition(self.ids[i : i + size]) for i in range(0, len(self.ids), size)] or [
+            InputPartition([])
+        ]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        if partition.value:
+            yield from batches(
+                inventory.segment_rows(self.uri, partition.value), _SEGMENT_NAMES, _SEGMENT_TYPES
+            )
+
+
+def register(spark: Any) -> None:
+    spark.dataSource.register(BookieFiles)
+    spark.dataSource.register(LedgerSegments)
+
+
+def verify_keys(
+    segments_md: list[tuple[int, DigestType | None, bytes | None]],
+) -> dict[int, tuple[DigestType, bytes | None]]:
+    """Digest type and MAC key per ledger (ledgers whose digest type is unknown are not checked)."""
+    from bkctl.protocol.entry import mac_key
+
+    return {
+        lid: (digest, mac_key(password or b"") if digest is DigestType.MAC else None)
+        for lid, digest, password in segments_md
+        if digest is not None
+    }
