@@ -52,9 +52,7 @@ def audit(
     ] = False,
     sample: Annotated[
         float,
-        typer.Option(
-            "--sample", min=0.0001, max=1.0, help="With --verify-digests: check this fraction."
-        ),
+        typer.Option("--sample", min=0.0001, max=1.0, help="With --verify-digests: check this fraction."),
     ] = 1.0,
     ledgers: Annotated[str | None, typer.Option("--ledgers", help="Only ledgers A-B (inclusive).")] = None,
     output_dir: Annotated[

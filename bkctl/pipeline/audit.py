@@ -66,25 +66,24 @@ def run_audit(spark: SparkSession, uri: str, bookies: list[BookieDirs], options:
         .load()
         .cache()
     )
-    held_all = (
-        spark.read.format("bkctl_bookie_files").options(**sources.bookie_options(bookies, verify)).load()
-    )
-    held_all = held_all.cache()
+    bookie_options = sources.bookie_options(bookies, verify)
+    held = spark.read.format("bkctl_bookie_files").options(**bookie_options).load().cache()
     errors = [r.problem for r in segments.where("problem IS NOT NULL").select("problem").collect()]
-    errors += [r.problem for r in held_all.where("problem IS NOT NULL").select("problem").collect()]
-    segments = segments.where("problem IS NULL")
-    held = held_all.where("problem IS NULL").dropDuplicates(["bookie", "ledger_id", "entry_id"])
+    errors += [r.problem for r in held.where("problem IS NOT NULL").select("problem").collect()]
+    held_ok = held.where("problem IS NULL")
     if options.ledgers is not None:
-        first, last = options.ledgers
-        held = held.where(F.col("ledger_id").between(first, last))
-    result = _classify(segments, held, [b.bookie_id for b in bookies])
-    findings = _findings(result, held, bookies)
-    summary = _summary(segments, result, findings, len(bookies))
+        held_ok = held_ok.where(F.col("ledger_id").between(*options.ledgers))
+    by_entry = _holdings_by_entry(held_ok).cache()
+    ends = _ledger_ends(segments.where("problem IS NULL"), by_entry).cache()
+    entries = _classify(segments.where("problem IS NULL"), by_entry, ends, [b.bookie_id for b in bookies])
+    entries = entries.cache()
+    findings = _findings(entries, bookies)
+    summary = _summary(entries, ends, findings, len(bookies))
     summary["seconds"] = round(time.monotonic() - started, 2)
     if options.output_dir is not None:
         _write_output(spark, options.output_dir, findings, summary)
-    held_all.unpersist()
-    segments.unpersist()
+    for frame in (entries, ends, by_entry, held, segments):
+        frame.unpersist()
     return AuditResult(summary, findings, errors)
 
 
@@ -100,25 +99,35 @@ def _ledger_ids(uri: str, options: AuditOptions) -> tuple[list[int], dict[int, A
     return ids, sources.verify_keys(digests)
 
 
-def _ledger_ends(segments: DataFrame, held: DataFrame) -> DataFrame:
-    """ledger columns + `end`: a closed ledger's last entry; an open one's highest entry on >= Qa bookies."""
+def _holdings_by_entry(held: DataFrame) -> DataFrame:
+    """One row per (ledger, entry) held anywhere: its holders, the holders of a corrupt copy, and how
+    many different payloads the verified copies have (one shuffle; an entry in both the index and the
+    journal of a bookie counts once)."""
+    return held.groupBy("ledger_id", "entry_id").agg(
+        F.collect_set("bookie").alias("holders"),
+        F.collect_set(F.when(~F.col("digest_ok"), F.col("bookie"))).alias("corrupt"),
+        F.countDistinct(F.when(F.col("digest_ok"), F.col("payload_crc"))).alias("versions"),
+    )
+
+
+def _ledger_ends(segments: DataFrame, by_entry: DataFrame) -> DataFrame:
+    """Ledger columns + `end`: a closed ledger's last entry; an open one's highest entry on >= Qa bookies."""
     ledgers = segments.select(*LEDGER_COLUMNS).distinct()
-    copies = held.groupBy("ledger_id", "entry_id").agg(F.count("*").alias("copies"))
+    open_ledgers = F.broadcast(ledgers.where("state != 'CLOSED'").select("ledger_id", "ack_quorum"))
     open_ends = (
-        copies.join(ledgers.where("state != 'CLOSED'"), "ledger_id")
-        .where("copies >= ack_quorum")
+        by_entry.join(open_ledgers, "ledger_id")
+        .where(F.size("holders") >= F.col("ack_quorum"))
         .groupBy("ledger_id")
         .agg(F.max("entry_id").alias("open_end"))
     )
-    end = F.when(F.col("state") == "CLOSED", F.col("last_entry_id")).otherwise(
-        F.coalesce("open_end", F.lit(-1))
-    )
+    closed = F.col("state") == "CLOSED"
+    end = F.when(closed, F.col("last_entry_id")).otherwise(F.coalesce("open_end", F.lit(-1)))
     return ledgers.join(open_ends, "ledger_id", "left").withColumn("end", end).drop("open_end")
 
 
 def _expected(segments: DataFrame, ends: DataFrame) -> DataFrame:
-    """(ledger_id, entry_id, bookie) for every replica the metadata asks for."""
-    seg = segments.join(ends.select("ledger_id", "end"), "ledger_id")
+    """(ledger_id, entry_id, write_set) for every entry the metadata says exists."""
+    seg = segments.join(F.broadcast(ends.select("ledger_id", "end")), "ledger_id")
     seg_end = F.when(F.col("segment_last") >= 0, F.least("segment_last", "end")).otherwise(F.col("end"))
     seg = seg.withColumn("seg_end", seg_end).where("seg_end >= first_entry_id")
     entries = seg.select(
@@ -128,39 +137,66 @@ def _expected(segments: DataFrame, ends: DataFrame) -> DataFrame:
         "write_quorum",
         F.explode(F.sequence("first_entry_id", "seg_end")).alias("entry_id"),
     )
-    replicas = entries.select(
+    size = F.col("ensemble_size")
+    write_set = F.transform(
+        F.sequence(F.lit(0), F.col("write_quorum") - 1),
+        lambda i: F.element_at("ensemble", ((F.col("entry_id") + i) % size + 1).cast("int")),
+    )
+    return entries.select("ledger_id", "entry_id", write_set.alias("write_set"))
+
+
+def _classify(segments: DataFrame, by_entry: DataFrame, ends: DataFrame, audited: list[str]) -> DataFrame:
+    """One row per entry expected or held: `missing` (audited bookies of the write set without it),
+    `unknown` (bookies of the write set not audited), `extra` (holders outside the write set: `orphan`
+    when the ledger is not in the metadata; none past an open ledger's end), `lost`, `corrupt`,
+    `divergent`."""
+    known = F.array(*[F.lit(b) for b in audited]) if audited else F.array().cast("array<string>")
+    joined = _expected(segments, ends).join(by_entry, ["ledger_id", "entry_id"], "full_outer")
+    joined = joined.join(F.broadcast(ends.select("ledger_id", "state", "end")), "ledger_id", "left")
+    holders = F.coalesce("holders", F.array().cast("array<string>"))
+    absent = F.array_except(F.col("write_set"), holders)
+    unknown = F.filter(absent, lambda b: ~F.array_contains(known, b))
+    missing = F.filter(absent, lambda b: F.array_contains(known, b))
+    past_end = (F.col("state") != "CLOSED") & (F.col("entry_id") > F.col("end"))
+    outside = F.when(F.col("write_set").isNull() & past_end, F.array().cast("array<string>")).otherwise(
+        F.array_except(holders, F.coalesce("write_set", F.array().cast("array<string>")))
+    )
+    lost = F.col("write_set").isNotNull() & (F.size(holders) == 0) & (F.size(unknown) == 0)
+    return joined.select(
         "ledger_id",
         "entry_id",
-        "ensemble",
-        "ensemble_size",
-        F.explode(F.sequence(F.lit(0), F.col("write_quorum") - 1)).alias("i"),
+        F.col("write_set").isNotNull().alias("expected"),
+        F.coalesce(F.size("write_set"), F.lit(0)).alias("wanted"),
+        F.size(F.array_intersect(F.col("write_set"), holders)).alias("found"),
+        F.when(lost, F.array().cast("array<string>")).otherwise(missing).alias("missing"),
+        F.size(unknown).alias("unknown"),
+        lost.alias("lost"),
+        outside.alias("outside"),
+        F.col("state").isNull().alias("orphan"),
+        F.coalesce("corrupt", F.array().cast("array<string>")).alias("corrupt"),
+        (F.coalesce("versions", F.lit(0)) > 1).alias("divergent"),
     )
-    bookie = F.element_at(
-        "ensemble", ((F.col("entry_id") + F.col("i")) % F.col("ensemble_size") + 1).cast("int")
-    )
-    return replicas.select("ledger_id", "entry_id", bookie.alias("bookie"))
 
 
-def _classify(segments: DataFrame, held: DataFrame, audited: list[str]) -> DataFrame:
-    """Every replica expected or held, with `status`: found, missing, unknown (a bookie whose files were
-    not given), extra, orphan or past_end (an open ledger's unconfirmed tail: ignored)."""
-    ends = _ledger_ends(segments, held)
-    expected = _expected(segments, ends).withColumn("expected", F.lit(True))
-    present = held.select("ledger_id", "entry_id", "bookie", "digest_ok", "payload_crc").withColumn(
-        "held", F.lit(True)
-    )
-    joined = expected.join(present, ["ledger_id", "entry_id", "bookie"], "full_outer").join(
-        ends.select("ledger_id", "state", "end"), "ledger_id", "left"
-    )
-    status = (
-        F.when(F.col("expected") & F.col("held"), "found")
-        .when(F.col("expected") & ~F.col("bookie").isin(audited), "unknown")
-        .when(F.col("expected"), "missing")
-        .when(F.col("state").isNull(), "orphan")
-        .when((F.col("state") != "CLOSED") & (F.col("entry_id") > F.col("end")), "past_end")
-        .otherwise("extra")
-    )
-    return joined.withColumn("status", status).drop("state", "end").cache()
+def _finding_rows(entries: DataFrame) -> DataFrame:
+    """(kind, ledger_id, bookie, entry_id), one per replica (per entry for lost and divergent)."""
+    none = F.lit(None).cast("string").alias("bookie")
+    kind = F.when(F.col("orphan"), "orphan").otherwise("extra").alias("kind")
+    parts = [
+        entries.select(
+            F.lit("missing").alias("kind"), "ledger_id", F.explode("missing").alias("bookie"), "entry_id"
+        ),
+        entries.where("lost").select(F.lit("lost").alias("kind"), "ledger_id", none, "entry_id"),
+        entries.select(kind, "ledger_id", F.explode("outside").alias("bookie"), "entry_id"),
+        entries.select(
+            F.lit("corrupt").alias("kind"), "ledger_id", F.explode("corrupt").alias("bookie"), "entry_id"
+        ),
+        entries.where("divergent").select(F.lit("divergent").alias("kind"), "ledger_id", none, "entry_id"),
+    ]
+    rows = parts[0]
+    for part in parts[1:]:
+        rows = rows.unionByName(part)
+    return rows
 
 
 def _ranges(rows: DataFrame) -> DataFrame:
@@ -179,49 +215,8 @@ def _ranges(rows: DataFrame) -> DataFrame:
     )
 
 
-def _finding_rows(result: DataFrame, held: DataFrame) -> DataFrame:
-    # An entry is lost when no bookie holds it and every bookie of its write set was audited.
-    elsewhere = result.where("held OR status = 'unknown'").select("ledger_id", "entry_id").distinct()
-    missing = result.where("status = 'missing'").join(
-        elsewhere.withColumn("elsewhere", F.lit(True)), ["ledger_id", "entry_id"], "left"
-    )
-    lost = (
-        missing.where("elsewhere IS NULL")
-        .select(
-            F.lit("lost").alias("kind"), "ledger_id", F.lit(None).cast("string").alias("bookie"), "entry_id"
-        )
-        .distinct()
-    )
-    short = missing.where("elsewhere").select(
-        F.lit("missing").alias("kind"), "ledger_id", "bookie", "entry_id"
-    )
-    other = result.where("status IN ('extra', 'orphan')").select(
-        F.col("status").alias("kind"), "ledger_id", "bookie", "entry_id"
-    )
-    corrupt = held.where("digest_ok = false").select(
-        F.lit("corrupt").alias("kind"), "ledger_id", "bookie", "entry_id"
-    )
-    divergent = (
-        held.where("digest_ok")
-        .groupBy("ledger_id", "entry_id")
-        .agg(F.countDistinct("payload_crc").alias("versions"))
-        .where("versions > 1")
-        .select(
-            F.lit("divergent").alias("kind"),
-            "ledger_id",
-            F.lit(None).cast("string").alias("bookie"),
-            "entry_id",
-        )
-    )
-    return short.unionByName(lost).unionByName(other).unionByName(corrupt).unionByName(divergent)
-
-
-def _findings(result: DataFrame, held: DataFrame, bookies: list[BookieDirs]) -> list[dict[str, Any]]:
-    rows = (
-        _ranges(_finding_rows(result, held))
-        .orderBy("kind", "ledger_id", "bookie", "first_entry_id")
-        .collect()
-    )
+def _findings(entries: DataFrame, bookies: list[BookieDirs]) -> list[dict[str, Any]]:
+    rows = _ranges(_finding_rows(entries)).collect()
     findings = [
         {
             "kind": r.kind,
@@ -234,10 +229,11 @@ def _findings(result: DataFrame, held: DataFrame, bookies: list[BookieDirs]) -> 
         for r in rows
     ]
     _add_orphan_bytes(findings, bookies)
-    return sorted(
-        findings,
-        key=lambda f: (KINDS.index(f["kind"]), f["ledger_id"], f["bookie"] or "", f["first_entry_id"]),
-    )
+    return sorted(findings, key=_finding_order)
+
+
+def _finding_order(f: dict[str, Any]) -> tuple[int, int, str, int]:
+    return KINDS.index(f["kind"]), f["ledger_id"], f["bookie"] or "", f["first_entry_id"]
 
 
 def _add_orphan_bytes(findings: list[dict[str, Any]], bookies: list[BookieDirs]) -> None:
@@ -249,19 +245,22 @@ def _add_orphan_bytes(findings: list[dict[str, Any]], bookies: list[BookieDirs])
 
 
 def _summary(
-    segments: DataFrame, result: DataFrame, findings: list[dict[str, Any]], bookies: int
+    entries: DataFrame, ends: DataFrame, findings: list[dict[str, Any]], bookies: int
 ) -> dict[str, Any]:
-    counts = {r.status: r["count"] for r in result.groupBy("status").count().collect()}
-    expected = counts.get("found", 0) + counts.get("missing", 0) + counts.get("unknown", 0)
-    entries = result.where("expected").select("ledger_id", "entry_id").distinct().count()
+    totals = entries.agg(
+        F.sum(F.col("expected").cast("long")).alias("entries"),
+        F.sum("wanted").alias("wanted"),
+        F.sum("found").alias("found"),
+        F.sum("unknown").alias("unknown"),
+    ).collect()[0]
     total = {kind: sum(f["entries"] for f in findings if f["kind"] == kind) for kind in KINDS}
     orphans = [f for f in findings if f["kind"] == "orphan"]
     return {
-        "ledgers": segments.select("ledger_id").distinct().count(),
+        "ledgers": ends.count(),
         "bookies": bookies,
-        "entries_expected": entries,
-        "replicas_expected": expected,
-        "replicas_found": counts.get("found", 0),
+        "entries_expected": totals["entries"] or 0,
+        "replicas_expected": totals["wanted"] or 0,
+        "replicas_found": totals["found"] or 0,
         "missing": total["missing"],
         "lost": total["lost"],
         "extra": total["extra"],
@@ -269,7 +268,7 @@ def _summary(
         "orphan_bytes": sum(f.get("bytes", 0) for f in orphans),
         "corrupt": total["corrupt"],
         "divergent": total["divergent"],
-        "unknown": counts.get("unknown", 0),
+        "unknown": totals["unknown"] or 0,
     }
 
 

@@ -28,8 +28,9 @@ FINDING_KEYS = {"kind", "ledger_id", "bookie", "first_entry_id", "last_entry_id"
 
 def bkctl_audit(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     dirs = [a for n in (1, 2, 3) for a in ("--bookie-dir", str(root / f"b{n}"))]
+    metadata = f"sqlite://{root / 'metadata.db'}"
     return subprocess.run(
-        [sys.executable, "-m", "bkctl", "audit", "--metadata", f"sqlite://{root / 'metadata.db'}", *dirs, *args],
+        [sys.executable, "-m", "bkctl", "audit", "--metadata", metadata, *dirs, *args],
         cwd=REPO, capture_output=True, text=True, timeout=300,
         env={**os.environ, "BKCTL_SPARK_MASTER": "local[2]"},
     )  # fmt: skip
@@ -74,4 +75,5 @@ def test_bad_input_is_refused_before_spark_starts(tmp_path: Path) -> None:
             [sys.executable, "-m", "bkctl", "audit", *args],
             cwd=REPO, capture_output=True, text=True, timeout=60,
         )  # fmt: skip
-        assert run.returncode == 2 and says in run.stderr and len(run.stderr.strip().splitlines()) == 1, run.stderr
+        lines = run.stderr.strip().splitlines()
+        assert run.returncode == 2 and says in run.stderr and len(lines) == 1, run.stderr

@@ -98,7 +98,11 @@ def test_flipped_bytes_are_corrupt_and_a_rewritten_copy_is_divergent(spark: Any,
         stored = entry_codec.parse_entry(f.read(size), DigestType.CRC32)
         payload = stored.payload.replace(b"E", b"X")
         f.seek(offset)
-        f.write(entry_codec.package_entry(DigestType.CRC32, 3, 5, stored.last_add_confirmed, stored.length, payload))
+        f.write(
+            entry_codec.package_entry(
+                DigestType.CRC32, 3, 5, stored.last_add_confirmed, stored.length, payload
+            )
+        )
     result = audit(spark, java, verify_digests=True)
     assert kinds(result) == {("corrupt", 0, B1): 1, ("divergent", 3, None): 1}
     corrupt = next(f for f in result.findings if f["kind"] == "corrupt")
@@ -106,7 +110,9 @@ def test_flipped_bytes_are_corrupt_and_a_rewritten_copy_is_divergent(spark: Any,
     assert audit(spark, java).findings == []  # without digests, bytes are not looked at
 
 
-def test_metadata_only_deletion_is_an_orphan_and_a_shortened_ledger_leaves_extras(spark: Any, java: Path) -> None:
+def test_metadata_only_deletion_is_an_orphan_and_a_shortened_ledger_leaves_extras(
+    spark: Any, java: Path
+) -> None:
     with SqliteStore(java / "metadata.db") as store:
         layout = Layout(store)
         store.delete(layout.ledger_path(0))
