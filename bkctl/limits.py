@@ -117,3 +117,7 @@ CLI_READ_CHUNK_ENTRIES: Final = 1_000
 SANDBOX_BOOKIES_MAX: Final = 32
 SANDBOX_BOOKIE_START_WAIT_S: Final = 30.0
 SANDBOX_BOOKIE_STOP_WAIT_S: Final = 30.0
+
+# Generated ledger ids whose node already exists (ledgers created under explicit ids or imported) are
+# skipped at most this many times per create before giving up.
+LEDGER_ID_SKIPS_MAX: Final = 10_000

@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import struct
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from twisted.internet import defer, protocol
@@ -149,11 +149,14 @@ class BookieClient:
         self._backoff_min_s = backoff_min_ms / 1000.0
         self._backoff_max_s = backoff_max_ms / 1000.0
         self._requests_max = requests_max
-        # Where to connect: a given address; else, at each connection, the `bookie-rpc` endpoint the bookie
-        # registered (its id need not be its address, as in Java's DefaultBookieAddressResolver); else
-        # the id itself when it is host:port.
+        # Where to connect: a given address; else the `bookie-rpc` endpoint the bookie registered (its id
+        # need not be its address, as in Java's DefaultBookieAddressResolver), looked up once and again
+        # after a connection fails or drops (the bookie may have moved); else the id itself when it is
+        # host:port. A lookup that fails or outlasts the connect timeout (metadata store down) falls back
+        # to the last known address, so a metadata outage never stops traffic to bookies.
         self._address: tuple[str, int] | None = address or _address(bookie_id)
         self._resolver = None if address is not None else resolver
+        self._resolved = False
         self._connection: _Connection | None = None
         self._connecting = False
         self._closed = False
@@ -358,20 +361,27 @@ class BookieClient:
             return False
         self._connecting = True
         self._buffer = bytearray()
-        if self._resolver is None:
-            self._connect_to(self._address)
-        else:
-            resolving = self._resolver(self.bookie_id)
-            resolving.addErrback(self._resolve_failed)
-            resolving.addCallback(self._connect_to)
+        self.resolve().addCallback(lambda _: self._connect_to())
         return True
 
+    def resolve(self) -> Deferred[None]:
+        """Look up the bookie's registered address unless known since the last connection failure."""
+        if self._resolver is None or self._resolved:
+            return defer.succeed(None)
+        resolving = self._resolver(self.bookie_id)
+        resolving.addTimeout(self._connect_timeout_s, self._reactor)
+        return resolving.addCallbacks(self._resolved_to, self._resolve_failed)
+
+    def _resolved_to(self, registered: tuple[str, int] | None) -> None:
+        if registered is not None:
+            self._address, self._resolved = registered, True
+
     def _resolve_failed(self, reason: Failure) -> None:
-        # The registration cannot be read (metadata store down): the id's own address, if it has one.
+        # The registration cannot be read (metadata store down): the last known address, if any.
         log.info("bookie %s: address lookup failed: %s", self.bookie_id, reason.getErrorMessage())
 
-    def _connect_to(self, registered: tuple[str, int] | None) -> None:
-        address = registered or self._address
+    def _connect_to(self) -> None:
+        address = self._address
         if self._closed or address is None:
             self._connecting = False
             if address is None:
@@ -398,6 +408,7 @@ class BookieClient:
 
     def _connect_failed(self, reason: Failure) -> None:
         self._connecting = False
+        self._resolved = False
         log.info("bookie %s: cannot connect: %s", self.bookie_id, reason.getErrorMessage())
         self._start_backoff()
         self._fail_all()
@@ -406,6 +417,7 @@ class BookieClient:
         if connection is not self._connection:
             return
         self._connection = None
+        self._resolved = False
         if not self._closed:
             log.info("bookie %s: connection lost: %s", self.bookie_id, reason.getErrorMessage())
             self._start_backoff()
@@ -496,6 +508,13 @@ class BookieClients:
                 client.close()
             self._clients[bookie_id] = client
         return client
+
+    def resolve(self, bookie_ids: Sequence[str]) -> Deferred[None]:
+        """Look up the addresses of these bookies now (a ledger's ensemble, while its metadata is being
+        read or written anyway), so that connecting to them later needs no metadata store."""
+        looked_up = [self.get(bookie_id).resolve() for bookie_id in bookie_ids]
+        done: Deferred[Any] = defer.gatherResults(looked_up, consumeErrors=True)
+        return done.addCallback(lambda _: None)
 
     def __contains__(self, bookie_id: str) -> bool:
         return bookie_id in self._clients

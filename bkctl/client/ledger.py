@@ -663,6 +663,7 @@ class Client:
             custom_metadata=custom,
         )
         created, version = await self.in_thread(self.layout.create_ledger, metadata, ledger_id)
+        await self.bookies.resolve(ensemble)
         return LedgerHandle(self, created, metadata, version, password, digest, writable=True)
 
     # --- open -------------------------------------------------------------------------------------
@@ -689,6 +690,7 @@ class Client:
         chosen = md.digest or digest or DigestType.CRC32
         if digest is not None and md.digest is not None and digest is not md.digest:
             raise UnauthorizedError(f"ledger {ledger_id}: digest is {md.digest.name}, not {digest.name}")
+        await self.bookies.resolve(sorted({b for segment in md.segments for b in segment.ensemble}))
         handle = LedgerHandle(self, ledger_id, md, versioned.version, password, chosen, writable=False)
         if md.state is LedgerState.CLOSED:
             return handle

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
+from bkctl import limits
 from bkctl.errors import (
     BadVersionError,
     ConflictError,
@@ -143,8 +144,18 @@ class LedgersLayout(LayoutBase):
         if metadata.c_token is None or metadata.c_token == BLANK_C_TOKEN:
             metadata = replace(metadata, c_token=secrets.randbits(63) or 1)
         data = mf.encode_ledger_metadata(metadata)
-        if ledger_id is None:
-            ledger_id = self.new_ledger_id()
+        if ledger_id is not None:
+            return self._create_ledger_node(ledger_id, data)
+        # A generated id whose node exists (ledgers created under explicit ids, or imported, which the
+        # id generator never saw) is skipped for the next one, as Java's LedgerCreateOp does.
+        for _ in range(limits.LEDGER_ID_SKIPS_MAX):
+            try:
+                return self._create_ledger_node(self.new_ledger_id(), data)
+            except ConflictError:
+                continue
+        raise ConflictError(f"no free ledger id after {limits.LEDGER_ID_SKIPS_MAX} generated ids were taken")
+
+    def _create_ledger_node(self, ledger_id: int, data: bytes) -> tuple[int, int]:
         path = self.ledger_path(ledger_id)
         try:
             self.store.create(path, data, make_parents=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from twisted.internet.defer import Deferred
 from twisted.internet.error import ConnectionRefusedError
 from twisted.internet.testing import MemoryReactorClock, StringTransport
 from twisted.python.failure import Failure
@@ -228,3 +229,25 @@ def test_pool_and_errors() -> None:
     assert isinstance(error_for(RC_TIMEOUT, "x"), TimeoutError_)
     assert isinstance(error_for(RC_UNAVAILABLE, "x"), UnavailableError)
     assert isinstance(error_for(wire.ReturnCode.EFENCED, "x"), FencedError)
+
+
+def test_addresses_are_looked_up_once_again_after_a_failure_and_a_hung_lookup_falls_back() -> None:
+    reactor = MemoryReactorClock()
+    lookups: list[Deferred[tuple[str, int] | None]] = []
+
+    def resolver(bookie_id: str) -> Deferred[tuple[str, int] | None]:
+        lookups.append(Deferred())
+        return lookups[-1]
+
+    client = BookieClient("127.0.0.1:3181", reactor, resolver=resolver, connect_timeout_ms=2000)
+    client.read(1, 0, lambda rc, body: None)
+    lookups[0].callback(("127.0.0.1", 4000))
+    assert [c[:2] for c in reactor.tcpClients] == [("127.0.0.1", 4000)]  # the registered endpoint
+    _, _, factory, _, _ = reactor.tcpClients[-1]
+    factory.clientConnectionFailed(None, Failure(ConnectionRefusedError()))
+    reactor.advance(10)  # past the reconnect backoff
+    client.read(1, 0, lambda rc, body: None)
+    assert len(lookups) == 2  # looked up again: the bookie may have moved
+    reactor.advance(2)  # the metadata store does not answer within the connect timeout
+    assert [c[:2] for c in reactor.tcpClients][-1] == ("127.0.0.1", 4000)  # the last known address
+    assert len(lookups) == 2

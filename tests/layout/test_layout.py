@@ -197,6 +197,16 @@ def test_created_ledgers_match_java_bytes(store: MetadataStore) -> None:
     assert store.get("/ledgers/00/0000/L0000")[0] == dump_bytes(DUMP_1, "/ledgers/00/0000/L0000")
 
 
+def test_generated_ids_skip_ledgers_created_under_explicit_ids(store: MetadataStore) -> None:
+    """As Java's LedgerCreateOp: ledgers imported under their ids (the generator never saw them) are
+    passed over by the next creates instead of failing them."""
+    layout = Layout(store)
+    for ledger_id in range(3):
+        layout.create_ledger(_ledger(), ledger_id)
+    created = [layout.create_ledger(_ledger())[0] for _ in range(2)]
+    assert len(set(created)) == 2 and not set(created) & {0, 1, 2}
+
+
 def test_ledger_cas(store: MetadataStore) -> None:
     layout = Layout(store)
     ledger_id, version = layout.create_ledger(_ledger())
