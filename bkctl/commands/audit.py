@@ -40,13 +40,19 @@ def register(root: typer.Typer) -> None:
 
 def audit(
     bookie_dir: Annotated[
-        list[str],
+        list[str] | None,
         typer.Option(
             "--bookie-dir",
             help="[ID=]DIR: a bookie's journal or ledger directory, or its root (repeatable); the bookie "
             "is named by the directory's cookie unless ID= is given.",
         ),
-    ],
+    ] = None,
+    online: Annotated[
+        bool,
+        typer.Option(
+            "--online", help="Ask every registered bookie what it holds (GET_LIST_OF_ENTRIES_OF_LEDGER)."
+        ),
+    ] = False,
     verify_digests: Annotated[
         bool, typer.Option("--verify-digests", help="Check the digest of every stored copy.")
     ] = False,
@@ -79,20 +85,29 @@ def audit(
     fmt = resolve(output)
     uri = metadata_choice(metadata)
     options = _options(ledgers, verify_digests, sample, output_dir)
+    if bool(bookie_dir) == online:
+        raise UsageError("give --bookie-dir (offline, from the files) or --online (asking the bookies)")
     try:
         from bkctl.pipeline.audit import mark_underreplicated, run_audit
         from bkctl.pipeline.inventory import resolve_bookie_dirs
+        from bkctl.pipeline.online import registered_bookies
         from bkctl.pipeline.session import spark_session
     except ImportError as exc:
         if "pyspark" in str(exc) or "pyarrow" in str(exc):
             raise UnavailableError(SPARK_MISSING) from None
         raise
-    bookies = resolve_bookie_dirs(bookie_dir)
+    problems: list[str] = []
+    bookies: list[Any] = []
+    if online:
+        bookies, problems = registered_bookies(uri)
+    else:
+        bookies = resolve_bookie_dirs(bookie_dir or [])
     spark = spark_session(master, remote, progress=sys.stderr.isatty())
     try:
         result = run_audit(spark, uri, bookies, options)
     finally:
         spark.stop()
+    result.errors[:0] = problems
     if mark:
         marked = mark_underreplicated(uri, result.findings)
         message(f"marked {len(marked)} ledger(s) under-replicated")

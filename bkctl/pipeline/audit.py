@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from pyspark.sql import functions as F
 from bkctl.metadata.stores import layout_at
 from bkctl.pipeline import sources
 from bkctl.pipeline.inventory import BookieDirs, Verify, ledger_record_bytes
+from bkctl.pipeline.online import OnlineBookie
 
 KINDS = ("missing", "lost", "extra", "orphan", "corrupt", "divergent")
 FINDING_SCHEMA = (
@@ -55,7 +56,12 @@ class AuditResult:
         return {"summary": self.summary, "findings": self.findings, "errors": self.errors}
 
 
-def run_audit(spark: SparkSession, uri: str, bookies: list[BookieDirs], options: AuditOptions) -> AuditResult:
+Bookies = Sequence[BookieDirs | OnlineBookie]
+
+
+def run_audit(spark: SparkSession, uri: str, bookies: Bookies, options: AuditOptions) -> AuditResult:
+    """Audit the ledgers against the bookies: BookieDirs are read offline from their files, OnlineBookies
+    asked over the network (`--online`); every bookie given is audited, any other is `unknown`."""
     started = time.monotonic()
     sources.register(spark)
     ids, keys = _ledger_ids(uri, options)
@@ -66,8 +72,7 @@ def run_audit(spark: SparkSession, uri: str, bookies: list[BookieDirs], options:
         .load()
         .cache()
     )
-    bookie_options = sources.bookie_options(bookies, verify)
-    held = spark.read.format("bkctl_bookie_files").options(**bookie_options).load().cache()
+    held = _holdings(spark, bookies, ids, verify).cache()
     errors = [r.problem for r in segments.where("problem IS NOT NULL").select("problem").collect()]
     errors += [r.problem for r in held.where("problem IS NOT NULL").select("problem").collect()]
     held_ok = held.where("problem IS NULL")
@@ -85,6 +90,20 @@ def run_audit(spark: SparkSession, uri: str, bookies: list[BookieDirs], options:
     for frame in (entries, ends, by_entry, held, segments):
         frame.unpersist()
     return AuditResult(summary, findings, errors)
+
+
+def _holdings(spark: SparkSession, bookies: Bookies, ids: list[int], verify: Verify | None) -> DataFrame:
+    """What the bookies hold: offline ones from their files, online ones by asking them."""
+    dirs = [b for b in bookies if isinstance(b, BookieDirs)]
+    online = [b for b in bookies if isinstance(b, OnlineBookie)]
+    frames = []
+    if dirs or not online:
+        options = sources.bookie_options(dirs, verify)
+        frames.append(spark.read.format("bkctl_bookie_files").options(**options).load())
+    if online:
+        options = sources.online_options(online, ids, verify)
+        frames.append(spark.read.format("bkctl_bookies_online").options(**options).load())
+    return frames[0] if len(frames) == 1 else frames[0].unionByName(frames[1])
 
 
 def _ledger_ids(uri: str, options: AuditOptions) -> tuple[list[int], dict[int, Any]]:
@@ -215,7 +234,7 @@ def _ranges(rows: DataFrame) -> DataFrame:
     )
 
 
-def _findings(entries: DataFrame, bookies: list[BookieDirs]) -> list[dict[str, Any]]:
+def _findings(entries: DataFrame, bookies: Bookies) -> list[dict[str, Any]]:
     rows = _ranges(_finding_rows(entries)).collect()
     findings = [
         {
@@ -236,9 +255,9 @@ def _finding_order(f: dict[str, Any]) -> tuple[int, int, str, int]:
     return KINDS.index(f["kind"]), f["ledger_id"], f["bookie"] or "", f["first_entry_id"]
 
 
-def _add_orphan_bytes(findings: list[dict[str, Any]], bookies: list[BookieDirs]) -> None:
+def _add_orphan_bytes(findings: list[dict[str, Any]], bookies: Bookies) -> None:
     """An orphan ledger's bytes on each bookie (few ledgers: read on the driver, next to the files)."""
-    by_id = {b.bookie_id: b for b in bookies}
+    by_id = {b.bookie_id: b for b in bookies if isinstance(b, BookieDirs)}
     for finding in findings:
         if finding["kind"] == "orphan" and finding["bookie"] in by_id:
             finding["bytes"] = ledger_record_bytes(by_id[finding["bookie"]], finding["ledger_id"])

@@ -1,6 +1,7 @@
 """The audit's inputs as PySpark Python data sources (`pyspark.sql.datasource`), producing Arrow record
-batches: ledger metadata partitioned by ledger id ranges, bookie contents partitioned by file. The
-readers run in executors: everything they need travels in the options (JSON) and partition values."""
+batches: ledger metadata partitioned by ledger id ranges, bookie contents partitioned by file (offline)
+or by bookie and ledger id range (online). The readers run in executors: everything they need travels
+in the options (JSON) and partition values."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from bkctl.model import DigestType
-from bkctl.pipeline import inventory
+from bkctl.pipeline import inventory, online
 from bkctl.pipeline.inventory import BookieDirs, Verify
+from bkctl.pipeline.online import OnlineBookie
 
 BATCH_ROWS = 65536
 # Index files per partition at most (few big tasks beat many small ones: a task costs ~10 ms).
@@ -146,6 +148,55 @@ class BookieFilesReader(DataSourceReader):
             yield from batches(rows, _HOLDING_NAMES, _HOLDING_TYPES)
 
 
+# --- bookies online ----------------------------------------------------------------------------------
+
+# Ledgers asked of one bookie per task (a task is one connection; several tasks per bookie overlap).
+LEDGERS_PER_PARTITION = 500
+
+
+def online_options(bookies: list[OnlineBookie], ids: list[int], verify: Verify | None) -> dict[str, str]:
+    """Data source options for `bookies_online`: the bookies' addresses, the ledgers and digest keys."""
+    options = bookie_options([], verify)
+    options["bookies"] = json.dumps([[b.bookie_id, b.host, b.port] for b in bookies])
+    options["ids"] = json.dumps(ids)
+    return options
+
+
+class BookiesOnline(DataSource):
+    """`spark.read.format("bkctl_bookies_online").options(**online_options(...)).load()`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "bkctl_bookies_online"
+
+    def schema(self) -> str:
+        return inventory.HOLDING_SCHEMA
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return BookiesOnlineReader(self.options)
+
+
+class BookiesOnlineReader(DataSourceReader):
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self.bookies = [OnlineBookie(*b) for b in json.loads(options["bookies"])]
+        self.ids: list[int] = json.loads(options["ids"])
+        self.verify = _decode_verify(options)
+
+    def partitions(self) -> list[InputPartition]:
+        parts = [
+            InputPartition((i, self.ids[start : start + LEDGERS_PER_PARTITION]))
+            for i in range(len(self.bookies))
+            for start in range(0, len(self.ids), LEDGERS_PER_PARTITION)
+        ]
+        return parts or [InputPartition((0, []))]
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        i, ledger_ids = partition.value
+        if ledger_ids:
+            rows = online.holdings(self.bookies[i], ledger_ids, self.verify)
+            yield from batches(rows, _HOLDING_NAMES, _HOLDING_TYPES)
+
+
 # --- ledger metadata ---------------------------------------------------------------------------------
 
 
@@ -184,6 +235,7 @@ class LedgerSegmentsReader(DataSourceReader):
 
 def register(spark: Any) -> None:
     spark.dataSource.register(BookieFiles)
+    spark.dataSource.register(BookiesOnline)
     spark.dataSource.register(LedgerSegments)
 
 

@@ -1,4 +1,6 @@
-"""BookKeeper v3 (protobuf) frames, decoded far enough to describe them; bkctl speaks v2 itself.
+"""BookKeeper v3 (protobuf) frames: decoded far enough to describe them, and encoded for the one v3
+exchange bkctl speaks (GET_LIST_OF_ENTRIES_OF_LEDGER, asked by `bkctl audit --online`, answered by the
+bookie) plus the EBADREQ answer a bkctl bookie gives any other v3 request.
 
 A v3 payload is a `Request` or `Response` message of BookkeeperProtocol.proto: a BKPacketHeader
 (version, operation, txnId, priority), for responses a status, and one operation message in the field
@@ -18,7 +20,17 @@ from typing import Any, Final
 
 from bkctl import limits
 from bkctl.errors import ProtocolError
-from bkctl.protocol.protobuf import Field, as_signed64, expect_bytes, expect_int, expect_text, iter_fields
+from bkctl.protocol.protobuf import (
+    Field,
+    as_signed64,
+    bytes_field,
+    encode_fields,
+    expect_bytes,
+    expect_int,
+    expect_text,
+    iter_fields,
+    varint_field,
+)
 from bkctl.protocol.wire import PROTOCOL_VERSION_MAX, ReturnCode
 
 # The smallest first byte a protobuf message can start with: tag (field 1 << 3 | wire type 0).
@@ -70,6 +82,8 @@ BOOKIE_INFO_FREE_DISK_SPACE: Final = 0x2
 
 _HEADER_FIELD = 1
 _STATUS_FIELD = 2
+VERSION_THREE: Final = 3  # ProtocolVersion of every v3 header
+_ENTRIES_OF_LEDGER_FIELD: Final = 108
 _REQUEST_CONTEXT_FIELD = 200
 
 
@@ -339,3 +353,37 @@ def _check_frame_size(payload: bytes | bytearray | memoryview) -> None:
         raise ProtocolError(
             f"v3 frame of {len(payload)} bytes exceeds the {limits.FRAME_SIZE_MAX}-byte limit"
         )
+
+
+# --- encoding -----------------------------------------------------------------------------------------
+
+
+def _header(operation: int, txn_id: int, version: int = VERSION_THREE) -> Field:
+    parts = [varint_field(1, version), varint_field(2, operation), varint_field(3, txn_id)]
+    return bytes_field(_HEADER_FIELD, encode_fields(parts))
+
+
+def encode_entries_of_ledger_request(txn_id: int, ledger_id: int) -> bytes:
+    """A GET_LIST_OF_ENTRIES_OF_LEDGER request payload (no length prefix)."""
+    op = encode_fields([varint_field(1, ledger_id)])
+    header = _header(OperationType.GET_LIST_OF_ENTRIES_OF_LEDGER, txn_id)
+    return encode_fields([header, bytes_field(_ENTRIES_OF_LEDGER_FIELD, op)])
+
+
+def encode_entries_of_ledger_response(txn_id: int, status: int, ledger_id: int, availability: bytes) -> bytes:
+    """Its response: the status twice (frame and operation, as Java sets both) and, when EOK, the
+    AvailabilityOfEntriesOfLedger bytes (protocol/entry_availability.py)."""
+    parts = [varint_field(1, status), varint_field(2, ledger_id)]
+    if status == StatusCode.EOK:
+        parts.append(bytes_field(3, availability))
+    header = _header(OperationType.GET_LIST_OF_ENTRIES_OF_LEDGER, txn_id)
+    op = bytes_field(_ENTRIES_OF_LEDGER_FIELD, encode_fields(parts))
+    return encode_fields([header, varint_field(_STATUS_FIELD, status), op])
+
+
+def encode_status_response(request: V3Request, status: int) -> bytes:
+    """A response with the request's header and a status only: how a bkctl bookie refuses a v3 request
+    it does not serve (EBADREQ), so a v3 client fails at once instead of waiting for its timeout."""
+    header = request.header
+    parts = [_header(header.operation, header.txn_id, header.version), varint_field(_STATUS_FIELD, status)]
+    return encode_fields(parts)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from twisted.internet import protocol
+from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IPushProducer
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -29,7 +30,7 @@ from zope.interface import implementer
 from bkctl import limits
 from bkctl.errors import ProtocolError
 from bkctl.netio import write_now
-from bkctl.protocol import wire
+from bkctl.protocol import wire, wire_v3
 
 log = logging.getLogger("bkctl.bookie")
 
@@ -68,6 +69,8 @@ class StorageApi(Protocol):
     def fence(self, ledger_id: int, master_key: bytes, token: object) -> int: ...
 
     def read(self, ledger_id: int, entry_id: int) -> tuple[int, bytes]: ...
+
+    def entry_availability(self, ledger_id: int) -> Deferred[tuple[int, bytes]]: ...
 
 
 @dataclass
@@ -250,6 +253,9 @@ class BookieProtocol(protocol.Protocol):
 
     def _handle(self, payload: bytes) -> None:
         """Any request but a well-formed version 2 add (those are handled in `_frames`)."""
+        if not wire_v3.is_v2_frame(payload):
+            self._handle_v3(payload)
+            return
         try:
             request = wire.decode_request(payload)
         except ProtocolError as exc:
@@ -268,6 +274,31 @@ class BookieProtocol(protocol.Protocol):
         else:
             self.factory.metrics.bad_requests += 1
             self._out.append(framed(wire.encode_error_response(request, _EBADREQ)))
+
+    def _handle_v3(self, payload: bytes) -> None:
+        """A v3 (protobuf) request: GET_LIST_OF_ENTRIES_OF_LEDGER is served (the auditor's replicas check,
+        `bkctl audit --online`); any other gets EBADREQ at once. A frame that is not a v3 request closes
+        the connection, as an undecodable v2 header does."""
+        try:
+            request = wire_v3.decode_v3_request(payload)
+        except ProtocolError as exc:
+            raise ProtocolError(f"undecodable v3 request: {exc}") from None
+        operation = request.operation
+        wanted = wire_v3.OperationType.GET_LIST_OF_ENTRIES_OF_LEDGER
+        if request.header.operation != wanted or operation is None or operation.ledger_id is None:
+            self.factory.metrics.bad_requests += 1
+            self._out.append(framed(wire_v3.encode_status_response(request, wire_v3.StatusCode.EBADREQ)))
+            return
+        ledger_id, txn_id = operation.ledger_id, request.header.txn_id
+        answer = self.storage.entry_availability(ledger_id)
+        answer.addCallback(self._send_availability, txn_id, ledger_id)
+
+    def _send_availability(self, answer: tuple[int, bytes], txn_id: int, ledger_id: int) -> None:
+        rc, body = answer
+        status = wire_v3.StatusCode[wire.ReturnCode(rc).name]
+        if self.connected:
+            reply = wire_v3.encode_entries_of_ledger_response(txn_id, status, ledger_id, body)
+            write_now(self._transport, [framed(reply)])
 
     def _add(self, request: wire.AddRequest) -> None:
         ledger_id, entry_id = request.ledger_id, request.entry_id

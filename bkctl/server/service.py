@@ -364,3 +364,6 @@ class _NotReady:
 
     def read(self, *args: object) -> tuple[int, bytes]:
         raise AssertionError("bookie not ready")
+
+    def entry_availability(self, *args: object) -> Deferred[tuple[int, bytes]]:
+        raise AssertionError("bookie not ready")

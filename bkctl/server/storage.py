@@ -10,24 +10,27 @@ cache, then the cache being flushed, then index + entry log. See docs/bookie.md,
 from __future__ import annotations
 
 import bisect
+import heapq
 import logging
 import os
 import random
 import shutil
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from twisted.internet.defer import Deferred, gatherResults
+from twisted.internet.defer import Deferred, gatherResults, succeed
 from twisted.internet.threads import deferToThreadPool
 from twisted.python.failure import Failure
 
 from bkctl import limits
 from bkctl.errors import CorruptDataError, ProtocolError, UsageError
+from bkctl.files.index import index_entries, open_index
 from bkctl.files.marks import LAST_MARK_NAME, read_last_mark
+from bkctl.protocol import entry_availability
 from bkctl.protocol import index_format as ixf
 from bkctl.protocol import journal_format as jf
 from bkctl.protocol.journal_format import RecordKind
@@ -519,6 +522,36 @@ class Storage:
             )
             return self.metrics.error(_EIO), b""
 
+    # --- what the bookie holds (GET_LIST_OF_ENTRIES_OF_LEDGER) -----------------------------------
+
+    def entry_availability(self, ledger_id: int) -> Deferred[tuple[int, bytes]]:
+        """(EOK, AvailabilityOfEntriesOfLedger bytes of every entry held) or (ENOLEDGER | EIO, b"").
+
+        The write caches are read now, on the reactor thread, the index file in a pool thread: an entry a
+        checkpoint moves from a cache to the index meanwhile is in the caches' snapshot already.
+        """
+        try:
+            info = self._ledger(ledger_id)
+        except CorruptDataError as exc:
+            log.error("entries of ledger %d: %s", ledger_id, exc)
+            return succeed((self.metrics.error(_EIO), b""))
+        if info is None:
+            return succeed((_ENOLEDGER, b""))
+        cached: set[int] = set()
+        for cache in (self._active, self._flushing):
+            buffer = cache.ledgers.get(ledger_id) if cache is not None else None
+            if buffer is not None:
+                cached.update(entry_id for entry_id, _ in buffer.numbered())
+        path = self._index.find(ledger_id)
+        pool = self._reactor.getThreadPool()
+        done = deferToThreadPool(self._reactor, pool, _availability, path, sorted(cached))
+        failed = self._availability_failed
+        return done.addCallbacks(lambda body: (_EOK, body), failed, errbackArgs=(ledger_id,))
+
+    def _availability_failed(self, failure: Failure, ledger_id: int) -> tuple[int, bytes]:
+        log.error("entries of ledger %d: %s", ledger_id, failure.getErrorMessage())
+        return self.metrics.error(_EIO), b""
+
     # --- read-only mode -------------------------------------------------------------------------
 
     def set_read_only(self, read_only: bool) -> None:
@@ -726,6 +759,23 @@ def _write_ledger(writer: EntryLogWriter, ledger_id: int, ledger: LedgerBuffer) 
             parts.append(shifted_slots(offsets, done, stop, (writer.log_id << 32) + position - begin))
             done = stop
     return b"".join(parts)
+
+
+def _availability(index: Path | None, cached: list[int]) -> bytes:
+    """Availability bytes of the index file's entries merged with the cached ids (pool thread)."""
+    indexed: Iterable[int] = ()
+    # An empty file is a checkpoint killed before its header: nothing indexed (see IndexStore.load).
+    if index is not None and index.stat().st_size > 0:
+        indexed = (e for e, _, _ in index_entries(open_index(index)))
+    return entry_availability.encode(_unique(heapq.merge(indexed, cached)))
+
+
+def _unique(ids: Iterable[int]) -> Iterator[int]:
+    previous = None
+    for entry_id in ids:
+        if entry_id != previous:
+            yield entry_id
+            previous = entry_id
 
 
 def _next_journal_id(directory: Path) -> int:

@@ -10,6 +10,7 @@ from twisted.internet import reactor
 
 from bkctl.files.entrylog import entry_log_records, ledger_sizes, open_entry_log
 from bkctl.files.index import index_entries, ledger_index_path, open_index
+from bkctl.protocol import entry_availability
 from bkctl.protocol.entrylog_format import RecordKind, record_key
 from bkctl.protocol.wire import ReturnCode as RC
 from bkctl.server.storage import CHECKPOINT_AT_FRACTION, CHECKPOINT_JITTER, Storage
@@ -266,3 +267,16 @@ async def test_empty_index_file_left_by_a_killed_checkpoint_is_rebuilt_quietly(
     await restarted.checkpoint()
     assert open_index(path).header.master_key == KEY
     await restarted.stop()
+
+
+@twisted_test
+async def test_entry_availability_merges_the_index_and_the_write_cache(tmp_path: Path) -> None:
+    durable = Durable()
+    storage = started(tmp_path, durable)
+    await add_all(storage, durable, 5, 10)
+    await storage.checkpoint()  # 0-9 in the index
+    await add_all(storage, durable, 5, 5, first=20)  # 20-24 in the write cache
+    rc, body = await storage.entry_availability(5)
+    assert rc == RC.EOK and list(entry_availability.entry_ids(body)) == [*range(10), *range(20, 25)]
+    assert await storage.entry_availability(6) == (RC.ENOLEDGER, b"")
+    await storage.stop()

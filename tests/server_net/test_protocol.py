@@ -9,9 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from twisted.internet.address import IPv4Address
+from twisted.internet.defer import Deferred, succeed
 from twisted.internet.testing import StringTransport
 
-from bkctl.protocol import wire
+from bkctl.protocol import entry_availability, wire, wire_v3
+from bkctl.protocol.protobuf import bytes_field, encode_fields, varint_field
 from bkctl.server.config import load_config
 from bkctl.server.protocol import BookieFactory, BookieProtocol, deliver_durable
 from tests.server_net.wire_client import MASTER_KEY, package
@@ -58,6 +60,13 @@ class MemoryStorage:
             entry_id = max((e for (lid, e) in self.entries if lid == ledger_id), default=-1)
         data = self.entries.get((ledger_id, entry_id))
         return (EOK, data) if data is not None else (wire.ReturnCode.ENOENTRY, b"")
+
+    def entry_availability(self, ledger_id: int) -> Deferred[tuple[int, bytes]]:
+        if ledger_id not in self.keys:
+            return succeed((wire.ReturnCode.ENOLEDGER, b""))
+        return succeed(
+            (EOK, entry_availability.encode(sorted(e for lid, e in self.entries if lid == ledger_id)))
+        )
 
     def sync(self, count: int | None = None) -> None:
         """The journal's fsync: deliver the first `count` tokens (all by default) as one batch."""
@@ -388,3 +397,27 @@ def test_a_java_clients_stream_split_anywhere_is_handled_the_same(index: int) ->
     assert whole[0]  # the capture's requests are answered
     for cut in range(1, len(stream)):
         assert outcome(stream[:cut], stream[cut:]) == whole, cut
+
+
+def test_v3_list_of_entries_is_answered_and_other_v3_requests_get_ebadreq() -> None:
+    storage = MemoryStorage()
+    proto, transport = connect(storage)
+    proto.dataReceived(b"".join(add_frame(7, e) for e in (0, 1, 3, 4)))
+    storage.sync()
+    replies(transport)
+    asks = [wire_v3.encode_entries_of_ledger_request(txn, lid) for txn, lid in ((11, 7), (12, 8))]
+    read_lac = encode_fields([
+        bytes_field(1, encode_fields([varint_field(1, 3), varint_field(2, wire_v3.OperationType.READ_LAC),
+                                      varint_field(3, 13)])),
+        bytes_field(104, encode_fields([varint_field(1, 7)])),
+    ])  # fmt: skip
+    proto.dataReceived(b"".join(wire.frame(p) for p in (*asks, read_lac)))
+    decoder = wire.FrameDecoder()
+    decoder.feed(transport.value())
+    got = {r.header.txn_id: r for r in map(wire_v3.decode_v3_response, decoder.frames())}
+    assert got[11].status == wire_v3.StatusCode.EOK and got[11].operation is not None
+    assert list(entry_availability.entry_ids(got[11].operation.body or b"")) == [0, 1, 3, 4]
+    assert got[12].status == wire_v3.StatusCode.ENOLEDGER
+    assert got[13].status == wire_v3.StatusCode.EBADREQ
+    assert got[13].header.operation == wire_v3.OperationType.READ_LAC
+    assert not transport.disconnecting

@@ -1,0 +1,195 @@
+"""The online audit's reads, as plain Python over blocking sockets (they run in Spark executors, where a
+reactor has no place): which entries a bookie holds of each ledger, asked with the v3 request
+GET_LIST_OF_ENTRIES_OF_LEDGER (what the Java auditor's replicas check asks; Java and bkctl bookies answer
+it), and, when digests are checked, the copies themselves with v2 READ_ENTRY on a second connection (a
+Java bookie keeps one protocol per connection). Requests are pipelined, a window at a time.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Final, TypeVar
+
+from bkctl import limits
+from bkctl.errors import BkctlError, ProtocolError
+from bkctl.metadata.layout import Layout
+from bkctl.metadata.stores import layout_at
+from bkctl.pipeline.inventory import HoldingRow, Verify
+from bkctl.protocol import entry_availability, wire, wire_v3
+
+WINDOW: Final = 256  # requests in flight on one connection
+TIMEOUT_S: Final = 30.0  # per connect and per reply: a bookie silent this long is not answering
+_LENGTH: Final = struct.Struct(">i")
+_K = TypeVar("_K")
+_R = TypeVar("_R")
+
+
+@dataclass(frozen=True)
+class OnlineBookie:
+    bookie_id: str
+    host: str
+    port: int
+
+
+def registered_bookies(uri: str) -> tuple[list[OnlineBookie], list[str]]:
+    """Registered bookies (read-write and read-only) with their addresses, and one problem line per
+    bookie that has no address or does not accept a connection (it is then not audited: its replicas
+    are `unknown`, never `missing`)."""
+    with layout_at(uri) as layout:
+        return _reachable(layout)
+
+
+def _reachable(layout: Layout) -> tuple[list[OnlineBookie], list[str]]:
+    found, problems = [], []
+    for bookie_id in sorted(set(layout.bookies()) | set(layout.bookies(readonly=True))):
+        address = layout.bookie_rpc_address(bookie_id) or _address_in_id(bookie_id)
+        if address is None:
+            problems.append(f"bookie {bookie_id}: no address in its registration; not audited")
+            continue
+        try:
+            socket.create_connection(address, timeout=TIMEOUT_S).close()
+        except OSError as exc:
+            problems.append(
+                f"bookie {bookie_id} at {address[0]}:{address[1]} does not answer ({exc}); not audited"
+            )
+            continue
+        found.append(OnlineBookie(bookie_id, *address))
+    return found, problems
+
+
+def _address_in_id(bookie_id: str) -> tuple[str, int] | None:
+    host, _, port = bookie_id.rpartition(":")
+    return (host, int(port)) if host and port.isdigit() else None
+
+
+def holdings(bookie: OnlineBookie, ledger_ids: list[int], verify: Verify | None) -> Iterator[HoldingRow]:
+    """What one bookie holds of the given ledgers, as the offline readers' rows; a problem row (ledger
+    -1) naming the bookie when it stops answering, then nothing more from it."""
+    where = f"bookie {bookie.bookie_id} at {bookie.host}:{bookie.port}"
+    try:
+        held = _entry_lists(bookie, ledger_ids)
+        if verify is None:
+            for ledger_id, entry_id in held:
+                yield (bookie.bookie_id, ledger_id, entry_id, None, None, None)
+        else:
+            yield from _verified(bookie, held, verify)
+    except _LedgerProblem as exc:
+        yield (bookie.bookie_id, -1, -1, None, None, f"{where}: {exc}")
+    except (OSError, BkctlError) as exc:
+        yield (bookie.bookie_id, -1, -1, None, None, f"{where} stopped answering: {exc}")
+
+
+class _LedgerProblem(Exception):
+    pass
+
+
+def _entry_lists(bookie: OnlineBookie, ledger_ids: list[int]) -> Iterator[tuple[int, int]]:
+    """(ledger, entry) of every entry the bookie holds of `ledger_ids` (ENOLEDGER: none of it)."""
+    encode = wire_v3.encode_entries_of_ledger_request
+    requests = ((txn, encode(txn, ledger_id)) for txn, ledger_id in enumerate(ledger_ids))
+    with _Connection(bookie) as connection:
+        for txn, response in connection.exchange(requests, _v3_reply):
+            ledger_id = ledger_ids[txn]
+            if response.status == wire_v3.StatusCode.ENOLEDGER:
+                continue
+            body = response.operation.body if response.operation is not None else None
+            if response.status != wire_v3.StatusCode.EOK or body is None:
+                why = wire_v3.status_name(response.status)
+                raise _LedgerProblem(f"ledger {ledger_id}: GET_LIST_OF_ENTRIES_OF_LEDGER answered {why}")
+            for entry_id in entry_availability.entry_ids(body):
+                yield ledger_id, entry_id
+
+
+def _verified(bookie: OnlineBookie, held: Iterable[tuple[int, int]], verify: Verify) -> Iterator[HoldingRow]:
+    """Rows of the held entries, the sampled ones read back and their digests checked."""
+    sampled: list[tuple[int, int]] = []
+    for ledger_id, entry_id in held:
+        if verify.sampled(ledger_id, entry_id) and ledger_id in verify.keys:
+            sampled.append((ledger_id, entry_id))
+        else:
+            yield (bookie.bookie_id, ledger_id, entry_id, None, None, None)
+    requests = ((key, wire.encode_read_request(*key)) for key in sampled)
+    with _Connection(bookie) as connection:
+        for (ledger_id, entry_id), response in connection.exchange(requests, _read_reply):
+            if response.rc != wire.ReturnCode.EOK:
+                yield (
+                    bookie.bookie_id,
+                    ledger_id,
+                    entry_id,
+                    False,
+                    None,
+                    None,
+                )  # listed, unreadable: corrupt
+                continue
+            yield (bookie.bookie_id, ledger_id, entry_id, *verify.check(ledger_id, response.entry), None)
+
+
+def _v3_reply(payload: bytes) -> tuple[int, wire_v3.V3Response]:
+    response = wire_v3.decode_v3_response(payload)
+    return response.header.txn_id, response
+
+
+def _read_reply(payload: bytes) -> tuple[tuple[int, int], wire.ReadResponse]:
+    response = wire.decode_response(payload)
+    if not isinstance(response, wire.ReadResponse):
+        raise ProtocolError(f"expected a READ_ENTRY response, got {type(response).__name__}")
+    return (response.ledger_id, response.entry_id), response
+
+
+class _Connection:
+    """One blocking connection; `exchange` pipelines requests and matches decoded replies by key."""
+
+    def __init__(self, bookie: OnlineBookie) -> None:
+        self._socket = socket.create_connection((bookie.host, bookie.port), timeout=TIMEOUT_S)
+        self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._buffer = bytearray()
+
+    def __enter__(self) -> _Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._socket.close()
+
+    def exchange(
+        self, requests: Iterable[tuple[_K, bytes]], decode: Callable[[bytes], tuple[_K, _R]]
+    ) -> Iterator[tuple[_K, _R]]:
+        """(key, decoded reply) for every (key, request payload), in the order the replies come."""
+        pending: set[_K] = set()
+        queue = iter(requests)
+        exhausted = False
+        while True:
+            batch = []
+            while not exhausted and len(pending) < WINDOW:
+                item = next(queue, None)
+                if item is None:
+                    exhausted = True
+                    break
+                pending.add(item[0])
+                batch.append(wire.frame(item[1]))
+            if batch:
+                self._socket.sendall(b"".join(batch))
+            if not pending:
+                return
+            key, reply = decode(self._frame())
+            if key not in pending:
+                raise ProtocolError(f"a reply to a request never sent ({key!r})")
+            pending.discard(key)
+            yield key, reply
+
+    def _frame(self) -> bytes:
+        while True:
+            if len(self._buffer) >= _LENGTH.size:
+                (size,) = _LENGTH.unpack_from(self._buffer)
+                if not 0 < size <= limits.FRAME_SIZE_MAX:
+                    raise ProtocolError(wire.bad_frame_length(size, limits.FRAME_SIZE_MAX))
+                if len(self._buffer) >= _LENGTH.size + size:
+                    payload = bytes(self._buffer[_LENGTH.size : _LENGTH.size + size])
+                    del self._buffer[: _LENGTH.size + size]
+                    return payload
+            chunk = self._socket.recv(1 << 20)
+            if not chunk:
+                raise ProtocolError("the bookie closed the connection")
+            self._buffer += chunk
