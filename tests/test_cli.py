@@ -145,25 +145,38 @@ def test_read_only_commands_create_no_metadata_store(tmp_path: Path) -> None:
     assert result.returncode == errors.ExitCode.USAGE and "is empty" in result.stderr
 
 
-def test_declining_a_prompt_is_exit_14_and_no_terminal_needs_yes(tmp_path: Path) -> None:
-    """Issue 19 item 5: answering `n` to `ledger delete` exited 130 (the Ctrl-C code)."""
-    import pty
-
+@pytest.mark.parametrize(
+    ("command", "said"),
+    [
+        (("ledger", "delete", "3"), b"ledger 3 not deleted"),
+        (("cluster", "init", "--force"), b"nothing deleted"),
+    ],
+)
+def test_declining_a_prompt_is_exit_14_and_no_terminal_needs_yes(
+    tmp_path: Path, command: tuple[str, ...], said: bytes
+) -> None:
+    """Issue 19 item 5: answering `n` to `ledger delete` (and to `cluster init --force`) exited 130, the
+    Ctrl-C code."""
     db = tmp_path / "metadata.db"
     assert run_bkctl("cluster", "init", "--metadata", f"sqlite://{db}").returncode == 0
-    result = run_bkctl("ledger", "delete", "3", "--metadata", f"sqlite://{db}")
+    result = run_bkctl(*command, "--metadata", f"sqlite://{db}")
     assert result.returncode == errors.ExitCode.USAGE and "--yes" in result.stderr  # no terminal
+    status, output = answer_on_a_terminal([*command, "--metadata", f"sqlite://{db}"], b"n\n")
+    assert status == errors.ExitCode.DECLINED, output
+    assert said in output
+
+
+def answer_on_a_terminal(args: list[str], answer: bytes) -> tuple[int, bytes]:
+    """Run bkctl ARGS on a pseudo-terminal, type `answer`, return its exit code and what it showed."""
+    import pty
+
     pid, fd = pty.fork()
-    if pid == 0:  # the child: bkctl on a terminal, answering the prompt with "n"
-        os.execv(
-            sys.executable,
-            [sys.executable, "-m", "bkctl", "ledger", "delete", "3", "--metadata", f"sqlite://{db}"],
-        )
-    os.write(fd, b"n\n")
+    if pid == 0:  # the child: bkctl on a terminal
+        os.execv(sys.executable, [sys.executable, "-m", "bkctl", *args])
+    os.write(fd, answer)
     output = b""
     with contextlib.suppress(OSError):
         while chunk := os.read(fd, 1024):
             output += chunk
     _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == errors.ExitCode.DECLINED, output
-    assert b"ledger 3 not deleted" in output
+    return os.waitstatus_to_exitcode(status), output

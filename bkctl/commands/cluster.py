@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Annotated, Any
 
 import typer
 
 from bkctl.commands.autorecovery import auditor_fields
-from bkctl.commands.options import MetadataOption, Problems, open_layout
+from bkctl.commands.options import MetadataOption, Problems, confirm, open_layout
 from bkctl.commands.output import OutputOption, message, resolve, write_mapping
-from bkctl.errors import UsageError
 
 app = typer.Typer(help="Cluster metadata: init and info.", no_args_is_help=True)
 
@@ -48,10 +46,10 @@ def init(
 
 
 def _confirm_wipe(root: str, existing: str) -> None:
-    if not sys.stdin.isatty():
-        raise UsageError("--force would wipe the existing cluster: add --yes to confirm in a script")
-    typer.confirm(
-        f"Delete all metadata under {root} (cluster {existing}), every ledger included?", abort=True
+    confirm(
+        f"Delete all metadata under {root} (cluster {existing}), every ledger included?",
+        declined="nothing deleted",
+        needs_yes="wipe the existing cluster with --force",
     )
 
 
