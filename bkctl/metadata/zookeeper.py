@@ -328,11 +328,21 @@ class ZooKeeperStore(MetadataStore):
             )
             return str(self._wait(result, path, creating=True))
 
-        def applied() -> str | None:
-            node = self._node_if_mine(path, data, ephemeral)
-            return None if sequential or node is None else path
-
+        if sequential and not ephemeral:
+            # Not retried: a retry could create a second node and nothing can tell ours (no session owns
+            # it); nothing in bkctl creates them.
+            return attempt()
+        applied = None if sequential else lambda: self._created(path, data, ephemeral)
         return self._retrying(f"create {path}", attempt, applied)
+
+    def _created(self, path: str, data: bytes, ephemeral: bool) -> str | None:
+        """`path` if it is the node a create of `data` (ephemeral: by this session) would have made."""
+        return None if self._node_if_mine(path, data, ephemeral) is None else path
+
+    def _set_applied(self, path: str, data: bytes, version: int) -> Stat | None:
+        """The node's Stat if it is what a set of `data` at `version` would have left."""
+        stat = self._node_if_mine(path, data, ephemeral=False)
+        return stat if stat is not None and version in (-1, stat.version - 1) else None
 
     def _node_if_mine(self, path: str, data: bytes, ephemeral: bool) -> Stat | None:
         """The node's Stat if it holds `data` (and, when ephemeral, belongs to this session)."""
@@ -371,38 +381,51 @@ class ZooKeeperStore(MetadataStore):
 
         Either way at most METADATA_GET_MANY_WINDOW reads are in flight. One get per round trip is
         ~1,800 nodes/s, pipelined gets ~6,000/s (kazoo's connection thread handles one request per
-        loop); a multiRead answers hundreds of reads with one response.
+        loop); a multiRead answers hundreds of reads with one response. An outage keeps the answers
+        already in and retries the rest (bkctl.metadata.retry), as every read.
         """
         for path in paths:
             validate_path(path)
         self._check_open()
-        if self._multi_read:
-            batches = [paths[i : i + MULTI_READ_PATHS] for i in range(0, len(paths), MULTI_READ_PATHS)]
-            try:
-                return self._pipeline(
-                    batches, self._send_multi_read, self._multi_read_answers, MULTI_READ_PATHS
-                )
-            except _NoMultiRead:
-                log.info("ZooKeeper %s has no multiRead (< 3.6): reading nodes one by one", self.hosts)
-                self._multi_read = False
-                return self._gets_after_unimplemented(paths)
-        return self._pipeline(paths, self._client.get_async, self._get_answer)
+        done: list[tuple[bytes, Stat] | None] = []
 
-    def _gets_after_unimplemented(self, paths: Sequence[str]) -> list[tuple[bytes, Stat] | None]:
+        def attempt() -> list[tuple[bytes, Stat] | None]:
+            self._read_many(paths, done)
+            return done
+
+        return self._retrying(f"get_many of {len(paths)} nodes", attempt)
+
+    def _read_many(self, paths: Sequence[str], done: list[tuple[bytes, Stat] | None]) -> None:
+        """Append the answers for paths[len(done):] to `done`, in order, as they come in."""
+        rest = paths[len(done) :]
+        if not self._multi_read:
+            self._pipeline(rest, self._client.get_async, self._get_answer, done)
+            return
+        batches = [rest[i : i + MULTI_READ_PATHS] for i in range(0, len(rest), MULTI_READ_PATHS)]
+        try:
+            self._pipeline(batches, self._send_multi_read, self._multi_read_answers, done, MULTI_READ_PATHS)
+        except _NoMultiRead:
+            log.info("ZooKeeper %s has no multiRead (< 3.6): reading nodes one by one", self.hosts)
+            self._multi_read = False
+            self._gets_after_unimplemented(paths, done)
+
+    def _gets_after_unimplemented(self, paths: Sequence[str], done: list[tuple[bytes, Stat] | None]) -> None:
         """Pipelined gets, once the connection is back.
 
         ZooKeeper drops the connection after answering an unknown request (kazoo reconnects within
         the session), so the first gets may meet a ConnectionLoss: wait for the reconnection, retry.
+        This is part of the fallback, not an outage: it happens with a deadline of 0 too.
         """
         for _ in range(FALLBACK_ATTEMPTS - 1):
             self._wait_connected()
             try:
-                return self._pipeline(paths, self._client.get_async, self._get_answer)
+                self._pipeline(paths[len(done) :], self._client.get_async, self._get_answer, done)
+                return
             except UnavailableError as exc:
                 log.info("reading again after a dropped connection: %s", exc)
                 time.sleep(FALLBACK_PAUSE_S)  # let kazoo notice the drop before we look at the state
         self._wait_connected()
-        return self._pipeline(paths, self._client.get_async, self._get_answer)
+        self._pipeline(paths[len(done) :], self._client.get_async, self._get_answer, done)
 
     def _wait_connected(self) -> None:
         deadline = time.monotonic() + self._op_timeout_s
@@ -414,11 +437,12 @@ class ZooKeeperStore(MetadataStore):
         units: Sequence[T],
         send: Callable[[T], Any],
         receive: Callable[[T, Any], list[tuple[bytes, Stat] | None]],
+        results: list[tuple[bytes, Stat] | None],
         paths_per_unit: int = 1,
-    ) -> list[tuple[bytes, Stat] | None]:
-        """Send every unit, keeping at most METADATA_GET_MANY_WINDOW paths in flight; answers in order."""
+    ) -> None:
+        """Send every unit, keeping at most METADATA_GET_MANY_WINDOW paths in flight; append the answers
+        to `results` in order, each unit's as soon as it is in (so a retry can start after them)."""
         window = max(1, limits.METADATA_GET_MANY_WINDOW // paths_per_unit)
-        results: list[tuple[bytes, Stat] | None] = []
         pending: deque[tuple[T, Any]] = deque()
         for unit in units:
             if len(pending) >= window:
@@ -426,7 +450,6 @@ class ZooKeeperStore(MetadataStore):
             pending.append((unit, send(unit)))
         while pending:
             results.extend(receive(*pending.popleft()))
-        return results
 
     def _get_answer(self, path: str, async_result: Any) -> list[tuple[bytes, Stat] | None]:
         try:
@@ -471,11 +494,7 @@ class ZooKeeperStore(MetadataStore):
         def attempt() -> Stat:
             return _stat(self._wait(self._client.set_async(path, data, version), path))
 
-        def applied() -> Stat | None:
-            stat = self._node_if_mine(path, data, ephemeral=False)
-            return stat if stat is not None and version in (-1, stat.version - 1) else None
-
-        return self._retrying(f"set {path}", attempt, applied)
+        return self._retrying(f"set {path}", attempt, lambda: self._set_applied(path, data, version))
 
     def delete(self, path: str, version: int = -1, *, recursive: bool = False) -> None:
         validate_path(path)
@@ -531,10 +550,19 @@ class ZooKeeperStore(MetadataStore):
         return self._retrying(f"children {path}", attempt)
 
     def multi(self, ops: Sequence[Op]) -> list[OpResult]:
+        """All or nothing; retried through an outage like the single operations. A conflict after a
+        retry is our own earlier try when every op's effect is there (`_multi_applied`)."""
         checked = check_ops(ops)
         self._check_open()
         if not checked:
             return []
+        return self._retrying(
+            f"multi of {len(checked)} ops on {checked[0].path}",
+            lambda: self._multi_once(checked),
+            lambda: self._multi_applied(checked),
+        )
+
+    def _multi_once(self, checked: Sequence[Op]) -> list[OpResult]:
         transaction = self._client.transaction()
         for op in checked:
             if isinstance(op, CreateOp):
@@ -555,6 +583,33 @@ class ZooKeeperStore(MetadataStore):
         if any(isinstance(result, Exception) for result in results):
             raise UnavailableError(f"ZooKeeper rolled back a multi of {len(checked)} ops without a cause")
         return [_op_result(op, result) for op, result in zip(checked, results, strict=True)]
+
+    def _multi_applied(self, checked: Sequence[Op]) -> list[OpResult] | None:
+        """The results of a multi that reached the server before the connection dropped, or None.
+
+        Told only when each op's path is its own (a later op could have undone an earlier one's
+        effect) and no create is sequential (its name is unknown): every create's node holds our data,
+        every set's node our data at version + 1, every delete's node is gone, every check's node is
+        at its version.
+        """
+        if len({op.path for op in checked}) < len(checked):
+            return None
+        results: list[OpResult] = []
+        for op in checked:
+            result: OpResult | bool
+            if isinstance(op, CreateOp):
+                result = None if op.sequential else self._created(op.path, op.data, op.ephemeral)
+            elif isinstance(op, SetOp):
+                result = self._set_applied(op.path, op.data, op.version)
+            elif isinstance(op, DeleteOp):
+                result = self.exists(op.path) is None
+            else:
+                stat = self.exists(op.path)
+                result = stat is not None and op.version in (-1, stat.version)
+            if result is None or result is False:
+                return None
+            results.append(None if result is True else result)
+        return results
 
     # --- watches and sessions ---
 

@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from bkctl import limits
 from bkctl.metadata.retry import RetryPolicy
+from bkctl.metadata.store import CheckOp, CreateOp, SetOp, Stat
 from bkctl.metadata.zk_server import ZooKeeperServer
 from bkctl.metadata.zookeeper import ZooKeeperStore
 from bkctl.model import LedgerState
@@ -64,6 +66,49 @@ def test_operations_issued_during_a_pause_complete_after_it(zk: ZooKeeperServer)
         assert store.get("/outage-b")[0] == b"x"
         # Created once, whatever the retries: one vote.
         assert [n for n in store.children("/") if n.startswith("outage-v-")] == [path.rsplit("/", 1)[1]]
+
+
+def test_a_get_many_issued_during_a_pause_completes_after_it(zk: ZooKeeperServer) -> None:
+    """A bulk read (ledger list, recover scans, the auditor) of more nodes than one multiRead window
+    rides through the pause too, with every answer right and in order."""
+    count = 2 * limits.METADATA_GET_MANY_WINDOW + 7
+    root = f"/many-{os.getpid()}-{int(time.time() * 1000)}"
+    paths = [f"{root}/n{i:05d}" for i in range(count)]
+    with ZooKeeperStore(zk.hosts, session_timeout_ms=SESSION_MS, retry=POLICY) as store:
+        store.create(root)
+        for start in range(0, count, limits.METADATA_MULTI_OPS_MAX):
+            store.multi(
+                [CreateOp(p, p.encode()) for p in paths[start : start + limits.METADATA_MULTI_OPS_MAX]]
+            )
+        wanted = [*paths[:500], f"{root}/absent", *paths[500:]]
+        pause = Paused(zk, PAUSE_S)
+        started = time.monotonic()
+        try:
+            found = store.get_many(wanted)
+        finally:
+            pause.join()
+        assert time.monotonic() - started >= PAUSE_S - 0.5  # it waited for ZooKeeper, it did not fail
+        assert len(found) == count + 1 and found[500] is None
+        assert [node[0] if node else None for node in found] == [
+            None if p.endswith("absent") else p.encode() for p in wanted
+        ]
+
+
+def test_a_multi_issued_during_a_pause_completes_after_it(zk: ZooKeeperServer) -> None:
+    """Cluster init's multi (and any other) waits through the pause and is applied once: a try that
+    reached the server before the connection dropped is told from a conflict (each op's path its own)."""
+    root = f"/multi-{os.getpid()}-{int(time.time() * 1000)}"
+    with ZooKeeperStore(zk.hosts, session_timeout_ms=SESSION_MS, retry=POLICY) as store:
+        store.create(root, b"0")
+        store.create(f"{root}/c", b"c")
+        ops = [CreateOp(f"{root}/a", b"a"), SetOp(root, b"1", version=0), CheckOp(f"{root}/c", 0)]
+        pause = Paused(zk, PAUSE_S)
+        try:
+            results = store.multi(ops)
+        finally:
+            pause.join()
+        assert results[0] == f"{root}/a" and isinstance(results[1], Stat) and results[1].version == 1
+        assert store.get(root)[0] == b"1" and store.get(f"{root}/a")[0] == b"a"
 
 
 def test_a_deadline_bounds_the_wait(zk: ZooKeeperServer) -> None:
