@@ -100,7 +100,10 @@ def ledger_write(
             except BkctlError as exc:
                 return await ended_early(client, lh, exc)
         if not no_close:
-            await lh.close()
+            try:
+                await lh.close()
+            except BkctlError as exc:  # the metadata store stayed away past the deadline, or a fence
+                return await ended_early(client, lh, exc, close=False)
         return write_document(lh, closed=not no_close), None
 
     document, error = run_client(metadata, work, request_timeout_ms=timeout_ms)
@@ -119,28 +122,37 @@ def write_document(lh: LedgerHandle, *, closed: bool) -> dict[str, Any]:
 
 
 async def ended_early(
-    client: Client, lh: LedgerHandle, error: BkctlError
+    client: Client, lh: LedgerHandle, error: BkctlError, *, close: bool = True
 ) -> tuple[dict[str, Any], BkctlError]:
     """After a failure or Ctrl-C: close the ledger at its last acknowledged entry (delete it if none
-    was), and the document saying so; the error keeps its exit code, its message says what to do."""
+    was), and the document saying so; the error keeps its exit code, its message says what to do.
+    `close=False` after a failed close: it already waited for the store up to the deadline."""
     document = write_document(lh, closed=False)
-    if lh.last_add_confirmed < 0:
-        if await _succeeded(client.delete_ledger(lh.ledger_id)):
-            document.update(closed=True, deleted=True)
-            message(f"ledger {lh.ledger_id}: no entry was acknowledged; the ledger was deleted")
-    else:
-        # close() writes CLOSED at the last acknowledged entry, then re-raises the write's own error.
-        await _succeeded(lh.close())
-        if lh.is_closed:
-            document["closed"] = True
-            message(f"ledger {lh.ledger_id}: closed at entry {lh.last_add_confirmed}, the last acknowledged")
+    if close:
+        await _close_or_delete(client, lh, document)
     if not document["closed"]:
+        # After a failed close nobody knows: its request may reach the store once it is back.
+        state = "is still open" if close else "may still be open (its close did not complete)"
         message(
-            f"ledger {lh.ledger_id} is still open: `bkctl ledger fence {lh.ledger_id}` closes it "
+            f"ledger {lh.ledger_id} {state}: `bkctl ledger fence {lh.ledger_id}` closes it "
             "(it keeps every acknowledged entry)"
         )
     document["error"] = str(error)
     return document, type(error)(f"ledger {lh.ledger_id}: {_acknowledged(lh)}, then: {error}")
+
+
+async def _close_or_delete(client: Client, lh: LedgerHandle, document: dict[str, Any]) -> None:
+    """Close the ledger at its last acknowledged entry, or delete it if none was; `document` says so."""
+    if lh.last_add_confirmed < 0:
+        if await _succeeded(client.delete_ledger(lh.ledger_id)):
+            document.update(closed=True, deleted=True)
+            message(f"ledger {lh.ledger_id}: no entry was acknowledged; the ledger was deleted")
+        return
+    # close() writes CLOSED at the last acknowledged entry, then re-raises the write's own error.
+    await _succeeded(lh.close())
+    if lh.is_closed:
+        document["closed"] = True
+        message(f"ledger {lh.ledger_id}: closed at entry {lh.last_add_confirmed}, the last acknowledged")
 
 
 def _acknowledged(lh: LedgerHandle) -> str:
