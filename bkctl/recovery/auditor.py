@@ -100,6 +100,11 @@ class Auditor:
         self.scheduler.stop()
         log.info("auditor stopped")
 
+    @property
+    def enabled(self) -> bool:
+        """False while the disable flag (as last seen by its watch) holds audits back."""
+        return self._enabled
+
     def _in_thread(self, function: Callable[..., Any], *args: Any) -> Deferred[Any]:
         return threads.deferToThreadPool(self._reactor, self._reactor.getThreadPool(), function, *args)
 

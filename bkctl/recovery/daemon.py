@@ -45,9 +45,11 @@ class AutorecoveryDaemon:
         self.bytes_per_s = 0.0
         self.client: Any = None  # the ledger client of the repairs, closed at stop (see start_daemon)
         self.sweep: Any = None  # the auditor's periodic check of every ledger (autorecovery_daemon)
+        self._session_sub: Any = None
 
     @inlineCallbacks
     def start(self) -> Any:
+        self._session_sub = self._layout.store.on_session_lost(self._session_lost_from_thread)
         yield self.election.start()
         self.worker.start()
         self._publisher = task.LoopingCall(self._publish)
@@ -59,6 +61,8 @@ class AutorecoveryDaemon:
     def stop(self) -> Any:
         if self._publisher is not None and self._publisher.running:
             self._publisher.stop()
+        if self._session_sub is not None:
+            self._session_sub.cancel()
         yield self.election.stop()  # withdraws the vote first: another daemon audits at once
         yield self.worker.stop()
         if self.client is not None:
@@ -78,6 +82,16 @@ class AutorecoveryDaemon:
         log.warning("auditor did not start: %s; voting again", failure.getErrorMessage())
         self._demoted()
         self.election.revote()
+
+    def _session_lost_from_thread(self) -> None:
+        self._reactor.callFromThread(self._republish)
+
+    def _republish(self) -> None:
+        """The status node was ephemeral: it went with the session, so publish it again even unchanged
+        (else `autorecovery status` lost a quiet daemon until something it counts moved)."""
+        self._published = None
+        if self._publisher is not None and self._publisher.running:
+            self._publish()
 
     def status(self) -> dict[str, Any]:
         """What `autorecovery status` and `/metrics` show of this daemon."""

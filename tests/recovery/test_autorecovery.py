@@ -4,6 +4,7 @@ bookie of its write set, and no ensemble names the lost bookie. Nothing typed.""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ from twisted.internet import defer, reactor
 from bkctl.metadata.layout import Layout
 from bkctl.recovery.daemon import autorecovery_daemon
 from bkctl.recovery.worker import WorkerConfig
-from tests.client.cluster import Cluster, bounded
+from tests.client.cluster import Cluster, bounded, sleep
 from tests.client.test_ledger import PW, payloads
 from tests.recovery.test_bookie_recovery import assert_fully_replicated, write_ledgers
 from tests.recovery.test_daemon import until
@@ -136,6 +137,105 @@ async def test_two_bookies_lost_at_once_heal_together(
         for ledger_id in ids:
             await assert_fully_replicated(cluster, ledger_id, victims)
         assert victims <= set(daemon.status()["lost_bookies"])
+    finally:
+        await bounded(daemon.stop())
+        await cluster.stop()
+
+
+@twisted_test
+async def test_a_ledger_deleted_while_marked_has_its_mark_dropped_without_a_hot_loop(
+    tmp_path: Path, zk_chroot: str
+) -> None:
+    """Java's pain point on real bookies and ZooKeeper: a ledger that cannot be repaired (both its
+    bookies lost) backs off; deleted while marked, its mark is dropped on the next try, and the
+    failures metric stays bounded by the backoff (a hot loop would count hundreds)."""
+    from bkctl.recovery.metrics import daemon_lines
+
+    cluster = await Cluster(tmp_path, zk_chroot).start(5)
+    assert cluster.store is not None and cluster.layout is not None
+    layout = cluster.layout
+    daemon = autorecovery_daemon(Layout(cluster.store), reactor, "ar-1", worker_config=FAST)
+    await bounded(daemon.start())
+    try:
+        client = cluster.client(seed=3)
+        pair = [str(b.bookie_id) for b in cluster.bookies[:2]]
+        stuck = await bounded(client.create_ledger(2, 2, 2, password=PW, ensemble=pair))
+        await bounded(stuck.add_many(payloads(40)))
+        await bounded(stuck.close())
+        healthy = await bounded(
+            client.create_ledger(3, 2, 2, password=PW, ensemble=[*pair[:1], *_others(cluster, pair)])
+        )
+        await bounded(healthy.add_many(payloads(40)))
+        await bounded(healthy.close())
+        await bounded(defer.gatherResults([cluster.bookie(b).stop() for b in pair]))
+        await until(lambda: stuck.ledger_id in daemon.worker.stats.failing, "the stuck ledger backing off")
+        failing_since = time.monotonic()
+        await until(
+            lambda: list(layout.underreplicated_ids()) == [stuck.ledger_id], "the other ledger healed"
+        )
+        await bounded(client.delete_ledger(stuck.ledger_id))
+        await until(
+            lambda: daemon.worker.stats.marks_dropped == 1 and not list(layout.underreplicated_ids()),
+            "the deleted ledger's mark dropped",
+        )
+        failures, elapsed_s = daemon.worker.stats.failures, time.monotonic() - failing_since
+        assert not daemon.worker.stats.failing and not daemon.worker.stats.copying
+        # At most one try per backoff (it starts at 0.5 s and doubles), plus the first tries.
+        assert 1 <= failures <= 3 + elapsed_s / FAST.backoff_start_s, (failures, elapsed_s)
+        await sleep(2 * FAST.backoff_max_s)  # nothing is retried once the mark is gone
+        assert daemon.worker.stats.failures == failures
+        assert await in_thread(layout.lock_holder, stuck.ledger_id) is None
+        metrics = "".join(daemon_lines(daemon))
+        assert "autorecovery_marks_dropped_total 1\n" in metrics
+        assert f"autorecovery_replication_failures_total {failures}\n" in metrics
+        await assert_fully_replicated(cluster, healthy.ledger_id, set(pair))
+    finally:
+        await bounded(daemon.stop())
+        await cluster.stop()
+
+
+def _others(cluster: Cluster, taken: list[str]) -> list[str]:
+    return [str(b.bookie_id) for b in cluster.bookies if str(b.bookie_id) not in taken][:2]
+
+
+@twisted_test
+async def test_disabled_then_enabled_on_real_bookies(tmp_path: Path, zk_chroot: str) -> None:
+    """`autorecovery disable` on ZooKeeper with real bookies: a bookie lost meanwhile is not audited and
+    a mark written by hand (as `bkctl audit --mark-underreplicated` does) is not repaired; once enabled,
+    the auditor audits what it waited for and everything heals."""
+    cluster = await Cluster(tmp_path, zk_chroot).start(4)
+    assert cluster.store is not None and cluster.layout is not None
+    layout = cluster.layout
+    daemon = autorecovery_daemon(Layout(cluster.store), reactor, "ar-1", worker_config=FAST)
+    await bounded(daemon.start())
+    try:
+        ids = await write_ledgers(cluster, 4, 60)
+        await until(lambda: daemon.auditor is not None and daemon.auditor.ready, "an auditor")
+        await in_thread(layout.set_autorecovery_enabled, False)
+        await until(lambda: daemon.auditor is not None and not daemon.auditor.enabled, "the auditor paused")
+        ensembles = [md.segments[0].ensemble for _, md in await in_thread(layout.read_ledgers, ids)]
+        victim = ensembles[0][0]
+        await bounded(cluster.bookie(victim).stop())
+        by_hand = ids[0]
+        await in_thread(layout.mark_underreplicated, by_hand, [victim])
+        await sleep(10 * FAST.poll_interval_s)  # many worker walks and bookie events
+        assert await in_thread(lambda: list(layout.underreplicated_ids())) == [by_hand]
+        assert await in_thread(layout.lock_holder, by_hand) is None
+        status = daemon.status()
+        assert status["audits"] == 0 and status["ledgers_replicated"] == 0 and status["copying"] == []
+        assert victim in status["lost_bookies"]
+        await in_thread(layout.set_autorecovery_enabled, True)
+
+        def healed() -> bool:
+            named = [
+                i for i, md in layout.read_ledgers(ids) if any(victim in s.ensemble for s in md.segments)
+            ]
+            return not list(layout.underreplicated_ids()) and not named
+
+        await until(healed, "healed once enabled")
+        for ledger_id in ids:
+            await assert_fully_replicated(cluster, ledger_id, {victim})
+        assert daemon.status()["audits"] >= 1
     finally:
         await bounded(daemon.stop())
         await cluster.stop()
