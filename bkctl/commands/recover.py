@@ -3,8 +3,8 @@
 The operator's repair after a bookie died for good: every fragment the failed bookies held is copied to
 a live bookie and swapped into its ensemble (bkctl.recovery.bookie_recovery). Made for scripts: it never
 reads stdin unless stdin is a terminal (and --yes was not given), stdout holds only the report, the exit
-code says what happened, Ctrl-C stops between ledgers (exit 130) and running it again finishes the rest.
-See docs/commands/recover.md.
+code says what happened, Ctrl-C stops between metadata updates (exit 130, the report so far on stdout)
+and running it again finishes the rest. See docs/commands/recover.md.
 """
 
 from __future__ import annotations
@@ -39,9 +39,11 @@ if TYPE_CHECKING:
 
 PLAN_COLUMNS = (
     Column("ledger_id", "LEDGER", numeric=True),
+    Column("segment", "SEGMENT", numeric=True),
     Column("first_entry_id", "FIRST", numeric=True),
     Column("last_entry_id", "LAST", numeric=True),
     Column("entries", "ENTRIES", numeric=True),
+    Column("bytes", "BYTES", numeric=True),
     Column("old_ensemble", "OLD ENSEMBLE"),
     Column("new_ensemble", "NEW ENSEMBLE"),
 )
@@ -112,7 +114,7 @@ def recover(
             declined="nothing recovered",
             needs_yes="recover",
         )
-    report = run_client(metadata, lambda client: _run(client, options, force, delete_cookie))
+    report = run_client(metadata, lambda client: _run(client, options, force, delete_cookie, fmt))
     if report.target_overrides:
         message(
             f"bkctl: {report.target_overrides} segment(s) already had {target} in their ensemble: "
@@ -125,7 +127,9 @@ def recover(
     _raise_for(report, skip_unrecoverable)
 
 
-async def _run(client: Client, options: Any, force: bool, delete_cookie: bool) -> RecoveryReport:
+async def _run(
+    client: Client, options: Any, force: bool, delete_cookie: bool, fmt: OutputFormat
+) -> RecoveryReport:
     from bkctl.recovery.bookie_recovery import BookieRecovery, ledgers_naming
 
     registered, known = await client.in_thread(lambda: (_registered(client), _known(client)))
@@ -151,8 +155,8 @@ async def _run(client: Client, options: Any, force: bool, delete_cookie: bool) -
         report = await run.run()
     if progress is not None:
         progress.done()
-    if run.stopping:
-        _render(report.as_dict(), resolve(None))
+    if run.stopping:  # what was done so far, in the format asked for: a script learns how far it got
+        _render(report.as_dict(), fmt)
         raise Interrupted(
             f"interrupted after {report.ledgers_done} of {report.ledgers_total} ledgers: run again"
         )
@@ -231,13 +235,22 @@ def _render(document: dict[str, Any], fmt: OutputFormat) -> None:
         write_rows(plan, PLAN_COLUMNS, fmt)
 
 
+def _failed_skips(report: RecoveryReport) -> list[dict[str, Any]]:
+    """Ledgers skipped for a problem (not by --skip-open-ledgers)."""
+    return [s for s in report.ledgers_skipped if "--skip-open-ledgers" not in s["reason"]]
+
+
+def _not_recovered(report: RecoveryReport) -> list[dict[str, Any]]:
+    return _failed_skips(report) + report.ledgers_unrecoverable
+
+
 def _raise_for(report: RecoveryReport, skip_unrecoverable: bool) -> None:
     for ledger_id, entry_id, bookie in report.corrupt:
         message(
             f"bkctl: warning: ledger {ledger_id} entry {entry_id}: the copy on {bookie} fails its digest "
             "(another replica's was copied; `ledger check --full` shows it)"
         )
-    failed = [s for s in report.ledgers_skipped if "--skip-open-ledgers" not in s["reason"]]
+    failed = _failed_skips(report)
     for skipped in failed:
         message(f"bkctl: ledger {skipped['ledger_id']} not recovered: {skipped['reason']}")
     for lost in report.ledgers_unrecoverable:
@@ -271,7 +284,9 @@ def ledger_check(
     fmt = resolve(output)
 
     async def work(client: Client) -> list[dict[str, Any]]:
-        return [_check_row(s) for s in await _checked(client, ledger_id, full)]
+        from bkctl.recovery.checker import check_ledger
+
+        return [_check_row(s) for s in (await check_ledger(client, ledger_id, full=full)).states]
 
     rows = run_client(metadata, work)
     if fmt is OutputFormat.json:
@@ -281,22 +296,6 @@ def ledger_check(
     bad = [r for r in rows if r["state"] != "ok"]
     if bad:
         raise ProblemsFound(f"ledger {ledger_id}: {len(bad)} fragment(s) under-replicated")
-
-
-async def _checked(client: Client, ledger_id: int, full: bool) -> list[Any]:
-    """Every fragment's state; bookies not registered count as down without a read."""
-    from bkctl.recovery.bookie_recovery import admin_open
-    from bkctl.recovery.checker import check_fragments
-    from bkctl.recovery.fragments import fragments
-
-    handle = await admin_open(client, ledger_id, recovery=False)
-    last = handle.metadata.last_entry_id if handle.is_closed else handle.last_add_confirmed
-    down = await client.in_thread(lambda: _all_ensembles(handle) - _registered(client))
-    return await check_fragments(handle, fragments(ledger_id, handle.metadata, last), full=full, down=down)
-
-
-def _all_ensembles(handle: Any) -> set[str]:
-    return {b for segment in handle.metadata.segments for b in segment.ensemble}
 
 
 def _check_row(state: Any) -> dict[str, Any]:
@@ -321,22 +320,14 @@ def ledger_recover(
     metadata: MetadataOption = None,
     output: OutputOption = None,
 ) -> None:
-    """Re-replicate one ledger's missing replicas (found by `ledger check`) and swap in new bookies."""
-    from bkctl.recovery.bookie_recovery import RecoveryOptions
-
+    """Re-replicate one ledger's missing replicas (found by `ledger check`): a dead bookie's move to new
+    bookies; a live bookie that lacks entries never gets an open ledger fenced (see docs)."""
     fmt = resolve(output)
 
     async def work(client: Client) -> RecoveryReport:
-        from bkctl.recovery.bookie_recovery import BookieRecovery
+        from bkctl.recovery.bookie_recovery import recover_ledger_replicas
 
-        states = await _checked(client, ledger_id, full)
-        failed = tuple(dict.fromkeys(s.fragment.bookie for s in states if not s.ok))
-        options = RecoveryOptions(failed, target, ledger=ledger_id, parallel=1)
-        if not failed:
-            from bkctl.recovery.bookie_recovery import RecoveryReport
-
-            return RecoveryReport([], target, False)
-        return await BookieRecovery(client, options).run()
+        return await recover_ledger_replicas(client, ledger_id, target=target, full=full)
 
     report = run_client(metadata, work)
     _render(report.as_dict(), fmt)
@@ -367,9 +358,14 @@ def bookie_decommission(
     options = RecoveryOptions((bookie,))
 
     async def work(client: Client) -> RecoveryReport:
-        report = await _run(client, options, force=False, delete_cookie=False)
-        await _wait_unreferenced(client, bookie)
-        await client.in_thread(_delete_cookies, client, (bookie,))
+        report = await _run(client, options, False, False, fmt)
+        # Ledgers the recovery could not repair will not change by waiting: named, exit 3 (below).
+        given_up = {int(item["ledger_id"]) for item in _not_recovered(report)}
+        await _wait_unreferenced(client, bookie, given_up)
+        if given_up:
+            message(f"bkctl: cookie of {bookie} kept: ledger(s) {sorted(given_up)} still name it")
+        else:
+            await client.in_thread(_delete_cookies, client, (bookie,))
         return report
 
     report = run_client(metadata, work)
@@ -377,9 +373,10 @@ def bookie_decommission(
     _raise_for(report, False)
 
 
-async def _wait_unreferenced(client: Client, bookie: str) -> None:
+async def _wait_unreferenced(client: Client, bookie: str, given_up: set[int]) -> None:
     """Until no ledger's ensemble and no under-replication mark names `bookie` (autorecovery may be
-    repairing marks at the same time); TimeoutError_ after DECOMMISSION_WAIT_S."""
+    repairing marks at the same time), leaving out the ledgers in `given_up`; TimeoutError_ after
+    DECOMMISSION_WAIT_S."""
     from twisted.internet import task
 
     from bkctl.errors import TimeoutError_
@@ -387,10 +384,12 @@ async def _wait_unreferenced(client: Client, bookie: str) -> None:
 
     deadline = time.monotonic() + DECOMMISSION_WAIT_S
     while True:
-        named = await ledgers_naming(client, frozenset({bookie}), None)
+        named = [i for i in await ledgers_naming(client, frozenset({bookie}), None) if i not in given_up]
         marks = await client.in_thread(
             lambda: [
-                e.ledger_id for e in client.layout.underreplicated_ledgers() if bookie in e.mark.replicas
+                e.ledger_id
+                for e in client.layout.underreplicated_ledgers()
+                if bookie in e.mark.replicas and e.ledger_id not in given_up
             ]
         )
         if not named and not marks:

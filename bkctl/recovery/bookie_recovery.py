@@ -7,6 +7,11 @@ the target swapped in; an open ledger whose last segment names a failed bookie i
 open ledgers are copied too. Entries with no surviving copy make the ledger unrecoverable: reported with
 their ranges, the ledger's metadata left as it is. Idempotent: a ledger already repaired has nothing
 left to do, so running again after an interruption finishes the rest.
+
+A bookie that is alive but lacks entries (`live`: a wiped disk, found by the checker, as `ledger
+recover` and the autorecovery worker find it) never gets an open ledger fenced: only the segments where
+it was found bad are repaired, moved like a dead bookie's in sealed segments, and copied back to it in
+place in an open ledger's last segment (a writer is using that ensemble: it cannot change under it).
 """
 
 from __future__ import annotations
@@ -19,9 +24,12 @@ from typing import TYPE_CHECKING, Any
 from twisted.internet import defer
 
 from bkctl.client import placement
+from bkctl.client.single_bookie import last_entry_on, read_from_bookie
 from bkctl.errors import BkctlError, NotFoundError, UsageError
 from bkctl.model import LedgerMetadata
-from bkctl.recovery.fragments import Fragment, fragments, on_bookies
+from bkctl.recovery.checker import admin_open as admin_open  # re-exported: repair and commands use it here
+from bkctl.recovery.checker import check_ledger
+from bkctl.recovery.fragments import Fragment, fragments
 from bkctl.recovery.replicator import (
     CopyStats,
     Throttle,
@@ -44,25 +52,32 @@ class RecoveryOptions:
     parallel: int = 4
     skip_open: bool = False
     rate_bytes_per_s: float | None = None
+    # (bookie, segment index) found bad on a bookie that is alive: only those segments are repaired, and
+    # the bookie never gets an open ledger fenced (its bookie is also in `failed`)
+    live: frozenset[tuple[str, int]] = frozenset()
 
 
 @dataclass
 class PlanStep:
     ledger_id: int
+    segment: int  # index in the ledger's segments
     first_entry_id: int
     last_entry_id: int
     old_ensemble: list[str]
-    new_ensemble: list[str]
+    new_ensemble: list[str]  # the same as old_ensemble when copied back in place
     entries: int
+    bytes: int | None  # payload bytes, estimated (see payload_per_entry); None when it cannot be known
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "ledger_id": self.ledger_id,
+            "segment": self.segment,
             "first_entry_id": self.first_entry_id,
             "last_entry_id": self.last_entry_id,
             "old_ensemble": self.old_ensemble,
             "new_ensemble": self.new_ensemble,
             "entries": self.entries,
+            "bytes": self.bytes,
         }
 
 
@@ -104,14 +119,6 @@ class RecoveryReport:
         }
 
 
-async def admin_open(client: Client, ledger_id: int, *, recovery: bool) -> LedgerHandle:
-    """Open as an administrator: with the password the metadata stores (format v3 does), else ""
-    (BookKeeper's default `passwd` for password-less metadata)."""
-    versioned = await client.in_thread(client.layout.read_ledger, ledger_id)
-    password = versioned.value.password or b""
-    return await client.open_ledger(ledger_id, password, recovery=recovery)
-
-
 def names_any(metadata: LedgerMetadata, bookies: frozenset[str]) -> bool:
     return any(b in bookies for segment in metadata.segments for b in segment.ensemble)
 
@@ -128,7 +135,8 @@ async def ledgers_naming(client: Client, bookies: frozenset[str], only: int | No
 
 
 class BookieRecovery:
-    """One run of `bkctl recover`: `run()` fires with the report; `stop()` ends it between ledgers."""
+    """One run of `bkctl recover`: `run()` fires with the report; `stop()` ends it between metadata
+    updates (the ledgers and segments in hand finish their copy)."""
 
     def __init__(
         self,
@@ -138,6 +146,7 @@ class BookieRecovery:
     ) -> None:
         self.client, self.options, self.progress = client, options, progress
         self.failed = frozenset(options.failed)
+        self.dead = self.failed - {bookie for bookie, _ in options.live}
         self.report = RecoveryReport(list(options.failed), options.target, options.dry_run)
         self.throttle = Throttle(client.reactor, options.rate_bytes_per_s)
         self.stopping = False
@@ -189,10 +198,12 @@ class BookieRecovery:
     def _skip(self, ledger_id: int, reason: str) -> None:
         self.report.ledgers_skipped.append({"ledger_id": ledger_id, "reason": reason})
 
+    def _names_dead(self, ensemble: Sequence[str]) -> bool:
+        return any(b in self.dead for b in ensemble)
+
     async def recover_ledger(self, ledger_id: int) -> None:
         handle = await admin_open(self.client, ledger_id, recovery=False)
-        md = handle.metadata
-        if not handle.is_closed and any(b in self.failed for b in md.segments[-1].ensemble):
+        if not handle.is_closed and self._names_dead(handle.metadata.segments[-1].ensemble):
             if self.options.skip_open:
                 self._skip(ledger_id, "open, and its last ensemble has a failed bookie (--skip-open-ledgers)")
                 return
@@ -203,43 +214,63 @@ class BookieRecovery:
             self.report.plan.extend(step for step, _ in steps)
             return
         for step, moves in steps:
+            if self.stopping:
+                return  # Ctrl-C: every metadata update so far is whole; running again finishes the rest
             for fragment, target in moves:
-                stats = CopyStats()
-                try:
-                    await copy_fragment(
-                        handle, fragment, target, failed=set(self.failed), throttle=self.throttle, stats=stats
-                    )
-                finally:
-                    self._count(handle.ledger_id, stats)
-                await swap_bookie(handle, fragment, target)
-                self.report.fragments_copied += 1
+                await self._move(handle, fragment, target)
             self.report.plan.append(step)
         self.report.ledgers_recovered += 1
+
+    async def _move(self, handle: LedgerHandle, fragment: Fragment, target: str) -> None:
+        """Copy the fragment to `target`, then swap it in (nothing to swap when copied back in place)."""
+        stats = CopyStats()
+        try:
+            await copy_fragment(
+                handle, fragment, target, failed=set(self.failed), throttle=self.throttle, stats=stats
+            )
+        finally:
+            self._count(handle.ledger_id, stats)
+        if target != fragment.bookie:
+            await swap_bookie(handle, fragment, target)
+        self.report.fragments_copied += 1
 
     def _count(self, ledger_id: int, stats: CopyStats) -> None:
         self.report.copied.entries += stats.entries
         self.report.copied.bytes += stats.bytes
         self.report.corrupt += [(ledger_id, entry_id, bookie) for entry_id, bookie in stats.corrupt]
 
+    def _repairs(self, fragment: Fragment) -> bool:
+        return fragment.bookie in self.dead or (fragment.bookie, fragment.segment) in self.options.live
+
     async def _plan(self, handle: LedgerHandle) -> list[tuple[PlanStep, list[tuple[Fragment, str]]]]:
-        """Per segment naming a failed bookie: the new ensemble and (fragment, target) moves."""
+        """Per segment to repair: the new ensemble and (fragment, target) moves. An open ledger's last
+        segment is in the plan when the ledger is to be fenced first (a dead bookie there: a dry run
+        shows it, up to the last entry a survivor holds); else only live bookies' entries are copied
+        back there, up to the last add confirmed."""
         md = handle.metadata
-        last = md.last_entry_id if handle.is_closed else handle.last_add_confirmed
-        bad = on_bookies(fragments(handle.ledger_id, md, last), self.failed)
-        if not handle.is_closed:  # a live writer's last segment is not ours to change
-            bad = [f for f in bad if f.segment < len(md.segments) - 1]
+        survivors = [b for b in md.segments[-1].ensemble if b not in self.failed]
+        to_close = handle.is_closed or self._names_dead(md.segments[-1].ensemble)
+        open_tail = None if to_close else len(md.segments) - 1
+        last = await last_entry(handle, survivors if to_close else [])
+        bad = [f for f in fragments(handle.ledger_id, md, last) if self._repairs(f)]
+        bad = [f for f in bad if f.segment != open_tail or f.entry_count() > 0]
+        if not bad:
+            return []
+        per_entry = await payload_per_entry(handle, last, survivors)
         available = await self.client.in_thread(self.client.layout.bookies)
         steps = []
         for number in sorted({f.segment for f in bad}):
             moves = [f for f in bad if f.segment == number]
             old = list(md.segments[number].ensemble)
-            targets = self._targets(old, len(moves), available)
+            in_place = number == open_tail  # a writer's ensemble: its bookies get their entries back
+            targets = [f.bookie for f in moves] if in_place else self._targets(old, len(moves), available)
             new = list(old)
             for fragment, target in zip(moves, targets, strict=True):
                 new[fragment.index] = target
-            first, end = moves[0].first_entry_id, moves[0].last_entry_id
             entries = sum(f.entry_count() for f in moves)
-            step = PlanStep(handle.ledger_id, first, end, old, new, entries)
+            size = None if per_entry is None else round(per_entry * entries)
+            first, end = moves[0].first_entry_id, moves[0].last_entry_id
+            step = PlanStep(handle.ledger_id, number, first, end, old, new, entries, size)
             steps.append((step, list(zip(moves, targets, strict=True))))
         return steps
 
@@ -257,3 +288,44 @@ class BookieRecovery:
                 available, count - len(chosen), {*ensemble, *self.failed, *chosen}, self.client.rng
             )
         return chosen
+
+
+async def last_entry(handle: LedgerHandle, probe: Sequence[str]) -> int:
+    """The closed ledger's last entry; an open one's last add confirmed, or, asked `probe` bookies
+    (a dry run of a ledger to be fenced), the last entry any of them holds: where fencing will close it
+    when the entry is readable."""
+    if handle.is_closed:
+        return handle.metadata.last_entry_id
+    ends = [await last_entry_on(handle, bookie) for bookie in probe]
+    return max([handle.last_add_confirmed, *ends])
+
+
+async def payload_per_entry(handle: LedgerHandle, last_entry_id: int, bookies: Sequence[str]) -> float | None:
+    """Average payload bytes of the ledger's entries up to `last_entry_id`, for the plan's estimate: a
+    closed ledger's length over its entries; an open one's from the length field of that entry as the
+    first of `bookies` holding it has it (each entry carries the ledger's length up to itself); None if
+    none has it."""
+    if last_entry_id < 0:
+        return 0.0
+    if handle.is_closed:
+        return handle.metadata.length / (last_entry_id + 1)
+    for bookie in bookies:
+        found, _ = await read_from_bookie(handle, bookie, [last_entry_id])
+        if found:
+            return found[0].length / (last_entry_id + 1)
+    return None
+
+
+async def recover_ledger_replicas(
+    client: Client, ledger_id: int, *, target: str | None = None, full: bool = False
+) -> RecoveryReport:
+    """`bkctl ledger recover`: the fragments the checker finds bad, repaired. A bookie that is not
+    registered is dead (its fragments move; an open ledger whose last ensemble has it is fenced first);
+    a registered one only lacks entries: the segments where it does are repaired (`live`), never fencing."""
+    check = await check_ledger(client, ledger_id, full=full)
+    bad = [s.fragment for s in check.states if not s.ok]
+    if not bad:
+        return RecoveryReport([], target, False)
+    live = frozenset((f.bookie, f.segment) for f in bad if f.bookie in check.registered)
+    failed = tuple(dict.fromkeys(f.bookie for f in bad))
+    return await BookieRecovery(client, RecoveryOptions(failed, target, ledger=ledger_id, live=live)).run()

@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from bkctl.client.single_bookie import read_from_bookie
-from bkctl.recovery.fragments import Fragment
+from bkctl.recovery.fragments import Fragment, fragments
 
 if TYPE_CHECKING:
-    from bkctl.client.ledger import LedgerHandle
+    from bkctl.client.ledger import Client, LedgerHandle
 
 OK, MISSING, BOOKIE_DOWN, DIGEST_MISMATCH = "ok", "missing", "bookie_down", "digest_mismatch"
 _DOWN_ANSWERS = ("timed out", "unavailable", "EIO", "ETOOMANYREQUESTS")
@@ -32,6 +32,39 @@ class FragmentState:
     @property
     def ok(self) -> bool:
         return self.state == OK
+
+
+@dataclass
+class LedgerCheck:
+    """One ledger checked: its handle (not fenced), each fragment's state, the registered bookies."""
+
+    handle: LedgerHandle
+    states: list[FragmentState]
+    registered: set[str]
+
+    def bad_bookies(self) -> list[str]:
+        return list(dict.fromkeys(s.fragment.bookie for s in self.states if not s.ok))
+
+
+async def admin_open(client: Client, ledger_id: int, *, recovery: bool) -> LedgerHandle:
+    """Open as an administrator: with the password the metadata stores (format v3 does), else ""
+    (BookKeeper's default `passwd` for password-less metadata)."""
+    versioned = await client.in_thread(client.layout.read_ledger, ledger_id)
+    password = versioned.value.password or b""
+    return await client.open_ledger(ledger_id, password, recovery=recovery)
+
+
+async def check_ledger(client: Client, ledger_id: int, *, full: bool = False) -> LedgerCheck:
+    """Every fragment of the ledger (up to its last entry, or the last add confirmed of an open one),
+    checked; bookies registered neither read-write nor read-only count as down without a read."""
+    layout = client.layout
+    handle = await admin_open(client, ledger_id, recovery=False)
+    md = handle.metadata
+    last = md.last_entry_id if handle.is_closed else handle.last_add_confirmed
+    registered = set(await client.in_thread(lambda: [*layout.bookies(), *layout.bookies(readonly=True)]))
+    down = {b for segment in md.segments for b in segment.ensemble} - registered
+    states = await check_fragments(handle, fragments(ledger_id, md, last), full=full, down=down)
+    return LedgerCheck(handle, states, registered)
 
 
 async def check_fragments(

@@ -9,9 +9,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from bkctl.errors import BkctlError
-from bkctl.recovery.bookie_recovery import admin_open
-from bkctl.recovery.checker import check_fragments
-from bkctl.recovery.fragments import fragments
+from bkctl.recovery.checker import check_ledger
 
 if TYPE_CHECKING:
     from bkctl.client.ledger import Client
@@ -21,16 +19,7 @@ log = logging.getLogger("bkctl.recovery.audit")
 
 async def bad_bookies_of(client: Client, ledger_id: int, *, full: bool = False) -> list[str]:
     """Bookies holding a fragment of the ledger that is not `ok` (down, missing or corrupt entries)."""
-    layout = client.layout
-    handle = await admin_open(client, ledger_id, recovery=False)
-    md = handle.metadata
-    last = md.last_entry_id if handle.is_closed else handle.last_add_confirmed
-    registered = set(await client.in_thread(layout.bookies)) | set(
-        await client.in_thread(lambda: layout.bookies(readonly=True))
-    )
-    down = {b for segment in md.segments for b in segment.ensemble} - registered
-    states = await check_fragments(handle, fragments(ledger_id, md, last), full=full, down=down)
-    return list(dict.fromkeys(s.fragment.bookie for s in states if not s.ok))
+    return (await check_ledger(client, ledger_id, full=full)).bad_bookies()
 
 
 async def check_all_ledgers(client: Client) -> dict[int, list[str]]:

@@ -1,12 +1,14 @@
 """Copy a fragment to a target bookie, then swap the target into that segment's ensemble.
 
-Each entry is read from the surviving replicas of its write set (the first that answers with a copy
-that verifies) and written to the target with RECOVERY_ADD exactly as stored: same bytes, same digest,
-nothing re-packed (BookKeeper re-packages with the handle's LAC; a copy is a copy). Reads and adds are
-pipelined with a bound on entries and bytes in flight (BookKeeper copies 10 entries at a time), and an
-optional rate limit in bytes/s. Then the segment's ensemble is changed by compare-and-set on the
-ledger's metadata: on a concurrent change it re-reads and re-applies (a live writer's new segment is
-kept), and if the bookie is no longer at that place someone else already did the swap.
+Each entry is read from the surviving replicas of its write set in write-set order: the first one is
+asked, the next only when it has no copy that verifies (an error, no answer, a bad digest): one read
+per entry while replicas are healthy. It is written to the target with RECOVERY_ADD exactly as stored:
+same bytes, same digest, nothing re-packed (BookKeeper re-packages with the handle's LAC; a copy is a
+copy). Reads and adds are pipelined with a bound on entries and bytes in flight (BookKeeper copies 10
+entries at a time), and an optional rate limit in bytes/s. Then the fragment's bookie is replaced in its
+segment's ensemble by one compare-and-set on the ledger's metadata per fragment: on a concurrent change
+it re-reads and re-applies (a live writer's new segment is kept), and if the bookie is no longer at that
+place someone else already did the swap.
 """
 
 from __future__ import annotations

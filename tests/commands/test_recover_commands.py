@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -80,6 +81,7 @@ def test_2_dry_run_prints_the_plan_and_changes_nothing(dead: Dead, tmp_path: Pat
     assert all(
         dead.bookie in s["old_ensemble"] and dead.bookie not in s["new_ensemble"] for s in report["plan"]
     )
+    assert all(s["bytes"] > 0 and s["segment"] >= 0 for s in report["plan"])
     assert json.loads(plan_file.read_text()) == report["plan"]
     after = [dead.run("ledger", "inspect", str(i), "-o", "json")[1] for i in dead.ledgers.values()]
     assert before == after
@@ -117,7 +119,20 @@ def test_4_ledger_check_finds_the_lost_replica(dead: Dead) -> None:
     assert states[dead.bookie] == "bookie_down"
 
 
-def test_5_decommission_waits_for_the_last_reference(dead: Dead) -> None:
+def test_5_decommission_names_an_unrecoverable_ledger_at_once(dead: Dead) -> None:
+    # The Qw=1 ledger's entries on the dead bookie are gone: no wait for what cannot change, exit 3.
+    single = dead.ledgers["single_copy"]
+    started = time.monotonic()
+    code, out, err = dead.run("bookie", "decommission", dead.bookie, "-o", "json")
+    assert code == ExitCode.PROBLEMS_FOUND, err
+    assert time.monotonic() - started < 120  # not the 10 minutes of its bound
+    assert [u["ledger_id"] for u in json.loads(out)["ledgers_unrecoverable"]] == [single]
+    assert f"ledger {single}: no surviving copy of entries" in err
+    assert f"cookie of {dead.bookie} kept" in err and "waiting:" not in err
+    assert dead.bookie in dead.run("bookie", "list", "--all", "-o", "plain")[1]
+
+
+def test_6_decommission_waits_for_the_last_reference(dead: Dead) -> None:
     # Drop the unrecoverable ledger (its data is gone), then retire the bookie: cookie deleted.
     assert dead.run("ledger", "delete", str(dead.ledgers["single_copy"]), "--yes")[0] == 0
     code, _, err = dead.run("bookie", "decommission", dead.bookie, "-o", "json")
@@ -126,7 +141,7 @@ def test_5_decommission_waits_for_the_last_reference(dead: Dead) -> None:
     assert dead.bookie not in dead.run("bookie", "list", "--all", "-o", "plain")[1]
 
 
-def test_6_unknown_bookie_is_not_found(dead: Dead) -> None:
+def test_7_unknown_bookie_is_not_found(dead: Dead) -> None:
     code, out, err = dead.run("recover", dead.uri, "10.9.9.9:3181", "-o", "json")
     assert code == ExitCode.NOT_FOUND and out == ""
     assert "no cookie and no ledger names bookie 10.9.9.9:3181: nothing to recover" in err

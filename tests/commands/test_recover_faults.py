@@ -1,5 +1,6 @@
-"""Issue 11 faults: the recover process killed -9 mid-run then run again, two recovers of the same
-bookie at once, and a metadata store that cannot be reached (exit 6, nothing written)."""
+"""Issue 11 faults: the recover process killed -9 mid-run then run again, stopped by Ctrl-C (exit 130
+and the JSON of what it did) then run again, two recovers of the same bookie at once, and a metadata
+store that cannot be reached (exit 6, nothing written)."""
 
 from __future__ import annotations
 
@@ -35,6 +36,16 @@ def recover(uri: str, bookie: str, *args: str) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
+def naming(uri: str, ledgers: list[int], bookie: str) -> int:
+    """How many of `ledgers` still name `bookie` (read straight from the metadata store: fast to poll)."""
+    from bkctl.metadata.layout import Layout
+    from bkctl.metadata.stores import open_store
+
+    with open_store(uri) as store:
+        found = Layout(store).read_ledgers(ledgers)
+        return sum(1 for _, md in found if any(bookie in s.ensemble for s in md.segments))
+
+
 def assert_healed(uri: str, ledgers: list[int], dead: set[str]) -> None:
     for ledger in ledgers:
         info = json.loads(bkctl("ledger", "inspect", str(ledger), "-o", "json", metadata=uri).stdout)
@@ -64,6 +75,17 @@ def test_killed_mid_run_then_again_and_two_at_once(tmp_path: Path) -> None:
         time.sleep(2.0)
         slow.kill()
         slow.wait(30)
+        # Ctrl-C once a ledger more is done: it stops between metadata updates, exit 130, and -o json
+        # still prints the document of what was done so far.
+        left = naming(uri, ledgers, bookies[0])
+        stopped = recover(uri, bookies[0], "--rate", "1", "--parallel", "1")
+        until(lambda: naming(uri, ledgers, bookies[0]) < left, "a ledger recovered", 120)
+        stopped.send_signal(signal.SIGINT)
+        out, err = stopped.communicate(timeout=60)
+        assert stopped.returncode == ExitCode.INTERRUPTED, err
+        report = json.loads(out)
+        assert 1 <= report["ledgers_recovered"] < report["ledgers_total"], report
+        assert report["entries_copied"] > 0 and "interrupted after" in err
         again = recover(uri, bookies[0])
         out, err = again.communicate(timeout=120)
         assert again.returncode == 0, err

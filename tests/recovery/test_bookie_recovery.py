@@ -5,16 +5,25 @@ into the ensembles, every entry readable from every bookie of its write set."""
 from __future__ import annotations
 
 import dataclasses
+import random
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
-from twisted.internet import defer
+from twisted.internet import defer, reactor, threads
 
 from bkctl.client.single_bookie import read_from_bookie
 from bkctl.errors import UsageError
-from bkctl.model import LedgerState
-from bkctl.recovery.bookie_recovery import BookieRecovery, RecoveryOptions, admin_open
-from bkctl.recovery.checker import BOOKIE_DOWN, MISSING, check_fragments
+from bkctl.metadata.layout import Layout
+from bkctl.model import LedgerMetadata, LedgerState
+from bkctl.recovery.bookie_recovery import (
+    BookieRecovery,
+    RecoveryOptions,
+    admin_open,
+    recover_ledger_replicas,
+)
+from bkctl.recovery.checker import BOOKIE_DOWN, MISSING, check_fragments, check_ledger
 from bkctl.recovery.fragments import fragments
 from tests.client.cluster import Cluster, bounded, sleep
 from tests.client.test_ledger import PW, payloads
@@ -94,6 +103,11 @@ async def test_dry_run_changes_nothing_and_target_is_honoured(tmp_path: Path) ->
         assert before == after and dry.copied.entries == 0
         assert [step.ledger_id for step in dry.plan] == ids
         assert all(dead in s.old_ensemble and dead not in s.new_ensemble for s in dry.plan)
+        for step in dry.plan:  # bytes: the average entry (length / 20) times the 13 or 14 it held (Qw=2 of 3)
+            md = (await in_thread(cluster.layout.read_ledger, step.ledger_id)).value  # type: ignore[union-attr]
+            assert (step.segment, step.first_entry_id, step.last_entry_id) == (0, 0, 19)
+            assert step.bytes == round(md.length / 20 * step.entries) and step.entries in (13, 14)
+            assert set(step.as_dict()) >= {"ledger_id", "segment", "entries", "bytes", "new_ensemble"}
         spare_id = str(spare.bookie_id)
         report = await bounded(BookieRecovery(client, RecoveryOptions((dead,), target=spare_id)).run())
         assert report.ledgers_recovered == 2
@@ -116,6 +130,10 @@ async def test_open_ledger_is_fenced_and_closed_then_recovered(tmp_path: Path) -
         dead = await kill(cluster, cluster.bookies.index(cluster.bookie(writer.ensemble[0])))
         client = cluster.client(seed=3)
         skipped = await bounded(BookieRecovery(client, RecoveryOptions((dead,), skip_open=True)).run())
+        # The dry run shows the last segment it will fence then copy: up to the last entry a survivor holds.
+        (step,) = (await bounded(BookieRecovery(client, RecoveryOptions((dead,), dry_run=True)).run())).plan
+        assert (step.segment, step.first_entry_id, step.last_entry_id, step.entries) == (0, 0, 29, 30)
+        assert step.bytes is not None and step.bytes == sum(len(p) for p in payloads(30))
         assert [s["ledger_id"] for s in skipped.ledgers_skipped] == [writer.ledger_id]
         report = await bounded(BookieRecovery(client, RecoveryOptions((dead,))).run())
         assert report.ledgers_recovered == 1
@@ -265,5 +283,217 @@ async def test_a_ledger_deleted_during_the_run_is_passed_over_quietly(tmp_path: 
         )
         for ledger_id in named:
             await assert_fully_replicated(cluster, ledger_id, {dead})
+    finally:
+        await cluster.stop()
+
+
+async def rewrite_place(cluster: Cluster, ledger_id: int, segment: int, index: int, bookie: str) -> None:
+    """Name `bookie` at one place of a segment's ensemble: a live bookie that never had those entries,
+    as a wiped or replaced disk looks to every reader."""
+    from bkctl.model import Segment
+
+    assert cluster.layout is not None
+    versioned = await in_thread(cluster.layout.read_ledger, ledger_id)
+    segments = list(versioned.value.segments)  # type: ignore[union-attr]
+    ensemble = list(segments[segment].ensemble)
+    ensemble[index] = bookie
+    segments[segment] = Segment(segments[segment].first_entry_id, tuple(ensemble))
+    updated = dataclasses.replace(versioned.value, segments=tuple(segments))  # type: ignore[union-attr]
+    await in_thread(cluster.layout.write_ledger, ledger_id, updated, versioned.version)  # type: ignore[union-attr]
+
+
+async def assert_check_clean(cluster: Cluster, ledger_id: int) -> None:
+    check = await bounded(check_ledger(cluster.client(seed=6), ledger_id, full=True))
+    assert [s for s in check.states if not s.ok] == []
+
+
+def outsider(cluster: Cluster, *ensembles: Sequence[str]) -> str:
+    """A running bookie in none of `ensembles`."""
+    named = {b for ensemble in ensembles for b in ensemble}
+    return next(
+        str(b.bookie_id) for b in cluster.bookies if b.state == "read-write" and str(b.bookie_id) not in named
+    )
+
+
+@twisted_test
+async def test_ledger_recover_heals_a_dead_bookie_and_a_live_one_that_lost_its_entries(
+    tmp_path: Path,
+) -> None:
+    cluster = await Cluster(tmp_path).start(5)
+    try:
+        dead_ledger, wiped_ledger = await write_ledgers(cluster, 2, 40)
+        client = cluster.client(seed=3)
+        dead = (await in_thread(cluster.layout.read_ledger, dead_ledger)).value.segments[0].ensemble[1]  # type: ignore[union-attr]
+        await bounded(cluster.bookie(dead).stop())
+        report = await bounded(recover_ledger_replicas(client, dead_ledger, full=True))
+        assert report.ledgers_recovered == 1 and report.failed_bookies == [dead]
+        await assert_check_clean(cluster, dead_ledger)
+        await assert_fully_replicated(cluster, dead_ledger, {dead})
+        # A live bookie named where it never had the entries: the checker finds them missing, they move.
+        ensemble = (await in_thread(cluster.layout.read_ledger, wiped_ledger)).value.segments[0].ensemble  # type: ignore[union-attr]
+        wiped = outsider(cluster, ensemble)
+        await rewrite_place(cluster, wiped_ledger, 0, 0, wiped)
+        report = await bounded(recover_ledger_replicas(client, wiped_ledger, full=True))
+        assert report.ledgers_recovered == 1 and wiped in report.failed_bookies
+        await assert_check_clean(cluster, wiped_ledger)
+        again = await bounded(recover_ledger_replicas(client, wiped_ledger, full=True))
+        assert (again.ledgers_total, again.copied.entries) == (0, 0)
+    finally:
+        await cluster.stop()
+
+
+@twisted_test
+async def test_ledger_recover_never_fences_an_open_ledger_for_a_live_bookie(tmp_path: Path) -> None:
+    """A live bookie of the writer's ensemble lacks entries of an earlier segment: that segment's copy
+    moves; the writer goes on. Another open ledger's last segment names a live bookie without its
+    entries: they are copied back to it in place (the writer's ensemble cannot change under it)."""
+    cluster = await Cluster(tmp_path).start(5)
+    try:
+        writer = await bounded(cluster.client(seed=21).create_ledger(3, 3, 2, password=PW))
+        await bounded(writer.add_many(payloads(20)))
+        await bounded(cluster.bookie(writer.ensemble[2]).stop())
+        await bounded(writer.add_many(payloads(5)))  # an ensemble change: segment 1 from entry 20
+        live = writer.ensemble[2]
+        await rewrite_place(cluster, writer.ledger_id, 0, 2, live)  # it never had entries 0..19
+        client = cluster.client(seed=3)
+        report = await bounded(recover_ledger_replicas(client, writer.ledger_id, full=True))
+        assert report.ledgers_recovered == 1 and report.ledgers_skipped == [], report.as_dict()
+        md = (await in_thread(cluster.layout.read_ledger, writer.ledger_id)).value  # type: ignore[union-attr]
+        assert md.state is LedgerState.OPEN and live not in md.segments[0].ensemble
+        assert md.segments[1].ensemble == tuple(writer.ensemble)
+        await bounded(writer.add_many(payloads(3)))  # not fenced: the writer still writes
+        await assert_check_clean(cluster, writer.ledger_id)
+
+        idle = await bounded(cluster.client(seed=22).create_ledger(3, 3, 2, password=PW))
+        await bounded(idle.add_many(payloads(12)))
+        await bounded(idle.add_many(payloads(1)))  # carries LAC 11 to the bookies; the writer stops here
+        empty = outsider(cluster, idle.ensemble)
+        await rewrite_place(cluster, idle.ledger_id, 0, 1, empty)
+        report = await bounded(recover_ledger_replicas(client, idle.ledger_id, full=True))
+        step = report.plan[0]
+        assert (step.old_ensemble, report.fragments_copied) == (step.new_ensemble, 1), report.as_dict()
+        md = (await in_thread(cluster.layout.read_ledger, idle.ledger_id)).value  # type: ignore[union-attr]
+        assert md.state is LedgerState.OPEN and empty in md.segments[0].ensemble
+        assert (step.entries, report.copied.entries) == (12, 12)  # 0..11, up to the last add confirmed
+        await assert_check_clean(cluster, idle.ledger_id)
+    finally:
+        await cluster.stop()
+
+
+@twisted_test
+async def test_only_the_ledger_asked_for_and_a_failed_target_is_a_usage_error(tmp_path: Path) -> None:
+    from bkctl.errors import ExitCode
+
+    cluster = await Cluster(tmp_path).start(3)
+    try:
+        ids = await write_ledgers(cluster, 2, 10)  # both on all three bookies
+        await cluster.add_bookie()
+        dead = await kill(cluster, 0)
+        client = cluster.client(seed=3)
+        with pytest.raises(UsageError, match="one of the failed bookies") as raised:
+            await bounded(BookieRecovery(client, RecoveryOptions((dead,), target=dead)).run())
+        assert raised.value.exit_code == ExitCode.USAGE
+        report = await bounded(BookieRecovery(client, RecoveryOptions((dead,), ledger=ids[1])).run())
+        assert (report.ledgers_total, report.ledgers_recovered) == (1, 1)
+        still = (await in_thread(cluster.layout.read_ledger, ids[0])).value  # type: ignore[union-attr]
+        assert dead in still.segments[0].ensemble
+        await assert_fully_replicated(cluster, ids[1], {dead})
+    finally:
+        await cluster.stop()
+
+
+@twisted_test
+async def test_a_ledger_without_enough_live_bookies_is_reported_and_the_others_go_on(tmp_path: Path) -> None:
+    cluster = await Cluster(tmp_path).start(4)
+    try:
+        client = cluster.client(seed=7)
+        wide = await bounded(client.create_ledger(4, 2, 2, password=PW))  # every bookie: no spare left
+        narrow = await bounded(client.create_ledger(3, 2, 2, password=PW))
+        for lh in (wide, narrow):
+            await bounded(lh.add_many(payloads(10)))
+            await bounded(lh.close())
+        dead = narrow.ensemble[0]
+        await bounded(cluster.bookie(dead).stop())
+        report = await bounded(BookieRecovery(client, RecoveryOptions((dead,))).run())
+        assert report.ledgers_recovered == 1 and report.ledgers_unrecoverable == []
+        assert [s["ledger_id"] for s in report.ledgers_skipped] == [wide.ledger_id]
+        assert "not enough bookies" in report.ledgers_skipped[0]["reason"]
+        await assert_fully_replicated(cluster, narrow.ledger_id, {dead})
+    finally:
+        await cluster.stop()
+
+
+@twisted_test
+async def test_force_recovers_a_registered_bookie(tmp_path: Path) -> None:
+    from bkctl.commands.output import OutputFormat
+    from bkctl.commands.recover import _run
+    from bkctl.errors import ConflictError
+
+    cluster = await Cluster(tmp_path).start(4)
+    try:
+        (ledger_id,) = await write_ledgers(cluster, 1, 30)
+        alive = (await in_thread(cluster.layout.read_ledger, ledger_id)).value.segments[0].ensemble[0]  # type: ignore[union-attr]
+        client = cluster.client(seed=3)
+        options = RecoveryOptions((alive,))
+        with pytest.raises(ConflictError, match="is registered: it is alive"):
+            await bounded(_run(client, options, False, False, OutputFormat.json))
+        report = await bounded(_run(client, options, True, False, OutputFormat.json))
+        assert report.ledgers_recovered == 1
+        await assert_fully_replicated(cluster, ledger_id, {alive})
+    finally:
+        await cluster.stop()
+
+
+class WriterRacesTheSwap(Layout):
+    """The recovery's metadata: just before its first ledger write, the live writer changes its
+    ensemble, so the swap's compare-and-set finds the version moved and must read and apply again."""
+
+    def __init__(self, store: Any, race: Callable[[], Any]) -> None:
+        super().__init__(store)
+        self.race, self.writes = race, 0
+
+    def write_ledger(self, ledger_id: int, metadata: LedgerMetadata, version: int) -> int:
+        self.writes += 1
+        if self.writes == 1:
+            threads.blockingCallFromThread(reactor, self.race)
+        return super().write_ledger(ledger_id, metadata, version)
+
+
+@twisted_test
+async def test_a_writers_ensemble_change_during_the_swap_is_kept(tmp_path: Path) -> None:
+    from bkctl.client.ledger import Client
+
+    cluster = await Cluster(tmp_path).start(6)
+    try:
+        writer = await bounded(cluster.client(seed=21).create_ledger(3, 3, 2, password=PW))
+        await bounded(writer.add_many(payloads(20)))
+        dead = writer.ensemble[2]
+        await bounded(cluster.bookie(dead).stop())
+        await bounded(writer.add_many(payloads(5)))  # segment 1 without the dead bookie
+        first = list(writer.metadata.segments[0].ensemble)
+        target = outsider(cluster, first, writer.ensemble)
+
+        async def change() -> None:  # a bookie of the writer's ensemble goes: its next add replaces it
+            await bounded(cluster.bookie(writer.ensemble[2]).stop())
+            await bounded(writer.add_many(payloads(5)))
+
+        layout = WriterRacesTheSwap(cluster.store, lambda: defer.ensureDeferred(change()))
+        client = Client(layout, reactor, rng=random.Random(3), request_timeout_ms=1500)
+        try:
+            report = await bounded(BookieRecovery(client, RecoveryOptions((dead,), target=target)).run())
+        finally:
+            await bounded(client.close())
+        assert report.ledgers_recovered == 1 and layout.writes == 2  # the lost CAS, then the one that won
+        md = (await in_thread(cluster.layout.read_ledger, writer.ledger_id)).value  # type: ignore[union-attr]
+        assert md.state is LedgerState.OPEN and len(md.segments) == 3  # both of the writer's changes kept
+        assert list(md.segments[0].ensemble) == [target if b == dead else b for b in first]
+        assert md.segments[2].ensemble == tuple(writer.ensemble)
+        await bounded(writer.add_many(payloads(2)))
+        await bounded(writer.close())  # the writer's close keeps the swap too
+        closed = (await in_thread(cluster.layout.read_ledger, writer.ledger_id)).value  # type: ignore[union-attr]
+        assert closed.state is LedgerState.CLOSED and closed.segments == md.segments
+        handle = await bounded(admin_open(cluster.client(seed=2), writer.ledger_id, recovery=False))
+        found, failures = await bounded(read_from_bookie(handle, target, list(range(20))))
+        assert failures == [] and len(found) == 20
     finally:
         await cluster.stop()
