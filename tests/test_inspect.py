@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -26,6 +27,7 @@ from bkctl.protocol import entry
 from bkctl.protocol import entrylog_format as ef
 from bkctl.protocol import index_format as ixf
 from bkctl.protocol import journal_format as jf
+from tests.commands.sandbox_proc import bkctl
 from tests.conftest import JAVA_BOOKIES, JAVA_SHELL_OUTPUT
 from tests.storage_builders import (
     PASSWORD,
@@ -614,3 +616,44 @@ def test_plain_summary_of_several_journals_names_each_file(tmp_path: Path) -> No
     )
     files = [line.split("\t")[1] for line in out.splitlines() if line.startswith("file\t")]
     assert files and all(f.endswith(".txn") for f in files)
+
+
+def _refused_file(tmp_path: Path) -> Path:
+    """A file whose open fails with EACCES even for root: a write-only sysfs attribute (the kernel
+    refuses to open it for reading whoever asks); for a normal user, mode 000 does too."""
+    for candidate in sorted(Path("/sys/bus").glob("*/uevent")):
+        try:
+            candidate.open("rb").close()
+        except PermissionError:
+            return candidate
+        except OSError:
+            continue
+    assert os.geteuid() != 0, "no write-only sysfs attribute (/sys/bus/*/uevent) to deny root a read"
+    refused = tmp_path / "refused"
+    refused.write_bytes(b"")
+    refused.chmod(0)
+    return refused
+
+
+def test_permission_denied_is_one_line_exit_4(tmp_path: Path) -> None:
+    """Issue 19 item 5: permission denied was exit 2 with usage text for inspect, exit 4 for lastmark.
+    Each file is a symlink to a file nobody may read, under the name each command looks for."""
+    refused = _refused_file(tmp_path)
+    mark = tmp_path / "ledgers" / "current" / "lastMark"
+    journals = tmp_path / "journal"
+    for link in (tmp_path / "1.log", tmp_path / "1.idx", tmp_path / "1.txn", mark, journals / "2.txn"):
+        link.parent.mkdir(parents=True, exist_ok=True)
+        link.symlink_to(refused)
+    for args, path in (
+        (["entrylog", "inspect", str(tmp_path / "1.log")], tmp_path / "1.log"),
+        (["entrylog", "metadata", str(tmp_path / "1.log")], tmp_path / "1.log"),
+        (["index", "inspect", str(tmp_path / "1.idx")], tmp_path / "1.idx"),
+        (["journal", "inspect", str(tmp_path / "1.txn")], tmp_path / "1.txn"),
+        (["journal", "inspect", str(journals)], journals / "2.txn"),
+        (["lastmark", str(tmp_path / "ledgers")], mark),
+        (["lastmark", str(mark)], mark),
+    ):
+        result = bkctl(*args)
+        assert result.returncode == ExitCode.NOT_FOUND, (args, result.stderr)
+        assert result.stderr == f"bkctl: error: {path}: cannot open: Permission denied\n", args
+        assert result.stdout == ""

@@ -14,8 +14,13 @@ import sys
 import time
 from pathlib import Path
 
+from bkctl.errors import ExitCode
+from bkctl.metadata.stores import layout_at
 from tests.commands.sandbox_proc import WAIT_S, Sandbox, bkctl
 from tests.conftest import REPO
+from tests.server_net.live import BookieProcess, metadata_uri
+from tests.server_net.test_commands import bkctl as server_bkctl
+from tests.server_net.test_commands import dirs
 
 ENTRIES = 20_000
 
@@ -79,3 +84,28 @@ def test_bookie_killed_mid_write_loses_no_acknowledged_entry(tmp_path: Path) -> 
         assert [(row[0], row[2] + "\n") for row in rows] == [(str(i), entry_line(i)) for i in range(ENTRIES)]
     finally:
         sandbox.stop()
+
+
+def test_cookie_update_is_refused_while_a_bookie_holds_the_directories(tmp_path: Path) -> None:
+    """Issue 19: `bookie cookie update` on the directories of a running bookie (under another id, so
+    the registration check cannot stop it) is refused by the directory lock: exit 13, one line naming
+    the holder's pid; no cookie changed, in the directories or in the metadata store."""
+    uri = metadata_uri(tmp_path)
+    base = tmp_path / "b1"
+    bookie = BookieProcess([*dirs(base), "--metadata", uri, "-p", "0", "--bookie-id", "127.0.0.1:4601"])
+    try:
+        bookie.wait_serving()
+        cookie_files = sorted(base.glob("*/current/VERSION"))
+        before = [path.read_bytes() for path in cookie_files]
+        update = server_bkctl(
+            "bookie", "cookie", "update", *dirs(base), "--bookie-id", "127.0.0.1:4602", "--metadata", uri
+        )
+        assert update.returncode == ExitCode.LOCKED, update.stderr
+        assert update.stderr.count("\n") == 1 and update.stderr.startswith("bkctl: error: "), update.stderr
+        assert f"is in use by another process (pid {bookie.proc.pid}, bkctl bookie start" in update.stderr
+        assert len(cookie_files) == 2 and [path.read_bytes() for path in cookie_files] == before
+        with layout_at(uri) as layout:
+            assert sorted(layout.cookie_bookies()) == ["127.0.0.1:4601"]
+        assert bookie.terminate() == 0
+    finally:
+        bookie.kill()

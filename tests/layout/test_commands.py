@@ -14,6 +14,7 @@ import pytest
 from bkctl.cli import main
 from bkctl.errors import ExitCode
 from bkctl.metadata.layout import Layout
+from bkctl.model import LedgerMetadata, LedgerState, Segment
 from tests.layout.conftest import LoadedDump
 
 B1, B2, B3, B4 = (f"127.0.0.1:3318{i}" for i in (1, 2, 3, 4))
@@ -132,6 +133,42 @@ def test_ledger_inspect_table(capsys: pytest.CaptureFixture[str], dump5: LoadedD
     assert code == 0
     assert "\nstate:             CLOSED\n" in out and "\ndigest:            MAC\n" in out
     assert out.endswith(f"FIRST ENTRY  LAST ENTRY  ENSEMBLE\n          0          99  {B1},{B4},{B2}\n")
+
+
+def test_ledger_inspect_plain_is_one_raw_value_per_field(
+    capsys: pytest.CaptureFixture[str], dump5: LoadedDump
+) -> None:
+    """Issue 19 item 9: `-o plain` put `1795478926818 (2026-...)` in one field and mixed key/value
+    lines with segment rows. Now (docs/cli.md): `key<TAB>value` lines, the ctime as its bare number,
+    then one `segment<TAB>first<TAB>last<TAB>ensemble` line per segment."""
+    ctime = 1795478926818
+    md = LedgerMetadata(
+        ensemble_size=3,
+        write_quorum=2,
+        ack_quorum=2,
+        segments=(Segment(0, (B1, B2, B4)), Segment(100, (B1, B3, B4))),
+        state=LedgerState.CLOSED,
+        last_entry_id=149,
+        length=1500,
+        ctime=ctime,
+        custom_metadata=(("application", b"demo"),),
+    )
+    Layout(dump5.store).create_ledger(md, ledger_id=77)
+    code, out, err = bkctl(capsys, dump5, "ledger", "inspect", "77", "-o", "plain")
+    assert code == 0, err
+    lines = [line.split("\t") for line in out.splitlines()]
+    pairs = dict(line for line in lines if line[0] != "segment")
+    assert all(len(line) == 2 for line in lines if line[0] != "segment")
+    assert pairs["ctime"] == str(ctime)  # the number alone: no date beside it
+    assert (pairs["ledger_id"], pairs["state"], pairs["last_entry_id"]) == ("77", "CLOSED", "149")
+    assert pairs["custom_metadata"] == '{"application": "demo"}'
+    # Segment rows come after every key/value line, each led by its key, with its own fields.
+    firsts = [i for i, line in enumerate(lines) if line[0] == "segment"]
+    assert firsts == list(range(len(lines) - 2, len(lines)))
+    assert lines[-2:] == [
+        ["segment", "0", "99", f"{B1},{B2},{B4}"],
+        ["segment", "100", "149", f"{B1},{B3},{B4}"],
+    ]
 
 
 def test_missing_ledger_exits_4(capsys: pytest.CaptureFixture[str], dump5: LoadedDump) -> None:
