@@ -10,6 +10,7 @@ then scan it. We never append to a log we did not create: on start a new id foll
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections import OrderedDict
@@ -32,6 +33,7 @@ WRITE_BUFFER_SIZE: Final = 4 * 1024 * 1024
 READ_FDS_MAX: Final = 64
 _CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 _SIZE_PREFIX: Final = 4
+_FRESH_HEADER: Final = ef.encode_header(ef.EntryLogHeader(ef.HEADER_V1))
 
 
 def current_dirs(ledger_dirs: Iterable[Path]) -> list[Path]:
@@ -85,6 +87,8 @@ class EntryLogWriter:
         self._sizes: dict[int, int] = {}
         self._dropped_to = 0  # the current log's bytes before this are out of the page cache
         self.rotations = 0
+        # Where the current log's fsynced bytes end, and its ledgers map then (see discard_unflushed).
+        self._flushed: tuple[int, dict[int, int]] = (0, {})
 
     @property
     def path(self) -> Path:
@@ -97,10 +101,11 @@ class EntryLogWriter:
         self.log_id = log_id
         path = self.path
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | _CLOEXEC, 0o644)
-        os.pwrite(self._fd, ef.encode_header(ef.EntryLogHeader(ef.HEADER_V1)), 0)
         self.position = self._buffer_offset = ef.HEADER_SIZE
         self._sizes = {}
         self._dropped_to = 0
+        self._flushed = (self.position, {})
+        write_all(self._fd, [_FRESH_HEADER], 0)
         _write_last_id(path.parent, log_id)
         log.info("entry log %s opened", path)
 
@@ -180,15 +185,34 @@ class EntryLogWriter:
         self._write_buffer()
         if self._fd >= 0:
             os.fsync(self._fd)
+            self._flushed = (self.position, dict(self._sizes))
             self._dropped_to = drop_cached(self._fd, self._dropped_to, self.position)
+
+    def discard_unflushed(self) -> None:
+        """After a failed write (ENOSPC): forget everything since the last fsync and cut the file there.
+
+        No index slot points past that fsync (slots are written after it), so the next checkpoint
+        rewrites its entries where the failed ones were: no hole of garbage in the middle of the log for
+        sequential scanners to stop at, and the cut frees the space the failed writes took.
+        """
+        with contextlib.suppress(OSError):  # the failure being handled
+            self._wait()
+        self._filled = 0
+        position, sizes = self._flushed
+        self.position = self._buffer_offset = position
+        self._sizes = dict(sizes)
+        if self._fd >= 0:
+            os.ftruncate(self._fd, position)
+            if position <= ef.HEADER_SIZE:  # the failed write may have been the header of a fresh log
+                write_all(self._fd, [_FRESH_HEADER], 0)
 
     def rotate(self) -> None:
         self._write_buffer()
         map_offset = self.position
         ledgers_map = ef.encode_ledgers_map(sorted(self._sizes.items()))
-        os.pwrite(self._fd, ledgers_map, map_offset)
+        write_all(self._fd, [ledgers_map], map_offset)
         header = ef.EntryLogHeader(ef.HEADER_V1, map_offset, len(self._sizes))
-        os.pwrite(self._fd, ef.encode_header(header), 0)
+        write_all(self._fd, [ef.encode_header(header)], 0)
         os.fsync(self._fd)
         drop_cached(self._fd, self._dropped_to, 1 << 62)  # the whole finished log
         os.close(self._fd)

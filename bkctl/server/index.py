@@ -23,7 +23,7 @@ from typing import Final
 
 from bkctl.errors import CorruptDataError, ProtocolError
 from bkctl.protocol import index_format as ixf
-from bkctl.server.fileio import fsync_directory
+from bkctl.server.fileio import fsync_directory, write_all
 
 log = logging.getLogger("bkctl.bookie")
 
@@ -163,7 +163,7 @@ class IndexStore:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | _CLOEXEC, 0o644)
         try:
             if header is not None:
-                os.pwrite(fd, ixf.encode_header(header), 0)
+                write_all(fd, [ixf.encode_header(header)], 0)
             write_slots(fd, path)
             os.fsync(fd)
         finally:
@@ -183,7 +183,7 @@ class IndexStore:
                 if take < ixf.SLOTS_PER_PAGE:
                     old = self._page(ledger_id, page_no, path, fd)
                     part = old[: slot * ixf.SLOT_SIZE] + part + old[(slot + take) * ixf.SLOT_SIZE :]
-                os.pwrite(fd, part, ixf.HEADER_SIZE + page_no * ixf.PAGE_SIZE)
+                write_all(fd, [part], ixf.HEADER_SIZE + page_no * ixf.PAGE_SIZE)
                 self._remember((ledger_id, page_no), part)
             done += take
 
@@ -192,7 +192,7 @@ class IndexStore:
             with self._lock:
                 old = self._page(ledger_id, page_no, path, fd)
                 page = _encode_page(locations, page_no, old)
-                os.pwrite(fd, page, ixf.HEADER_SIZE + page_no * ixf.PAGE_SIZE)
+                write_all(fd, [page], ixf.HEADER_SIZE + page_no * ixf.PAGE_SIZE)
                 self._remember((ledger_id, page_no), page)
 
     def forget_pages(self) -> None:

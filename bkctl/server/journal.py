@@ -170,7 +170,7 @@ class JournalWriter:
         reactor: Any,
         on_durable: Callable[[list[object]], None],
         metrics: StorageMetrics,
-        on_failure: Callable[[OSError], None],
+        on_failure: Callable[[OSError, list[object]], None],
     ) -> None:
         self.settings = settings
         self._reactor = reactor
@@ -212,13 +212,13 @@ class JournalWriter:
         if self._stopped is not None:
             return self._stopped
         self._stopped = Deferred()
-        self._stop_mark = self.mark
         for call in (self._tick, self._timer):
             if call is not None and call.active():
                 call.cancel()
         self._tick = self._timer = None
         if self.failed is None:
             self._write_pending()
+        self._stop_mark = self.mark  # after the write: a failed one moves the mark back
         self._sync.submit(self._request(close=True))
         self._sync.submit(None)
         return self._stopped
@@ -314,6 +314,11 @@ class JournalWriter:
 
     def _write_pending(self) -> bool:
         """Write the pending records with pwritev; False (and the journal failed) on an I/O error."""
+        if self.failed is not None:
+            # Never write after a failed write: the file ends short of _position, and a later write
+            # (say a commit's padding) would land at a stale offset and ack the failed group's adds.
+            self._iov = []
+            return False
         if not self._iov:
             return True
         buffers, self._iov = self._iov, []
@@ -321,7 +326,11 @@ class JournalWriter:
             self._allocate(self._position)
             write_all(self._fd, buffers, self._written)
         except OSError as exc:
-            self._fail(exc)
+            # The records never reached the file: the mark (what a checkpoint records) stays where the
+            # file's whole records end, and their adds are never acknowledged.
+            self._position = self._written
+            lost, self._group = self._group.tokens, _Group()
+            self._fail(exc, lost)
             return False
         self._written = self._position
         return True
@@ -352,17 +361,18 @@ class JournalWriter:
         self._directory_fd = os.open(directory, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         log.info("journal %s opened", path)
 
-    def _fail(self, exc: OSError) -> None:
+    def _fail(self, exc: OSError, lost: list[object]) -> None:
+        """The journal is broken for good (until restart); `lost` tokens will never be delivered."""
         if self.failed is None:
             self.failed = exc
             log.error("journal %s failed: %s; no more adds are acknowledged", self.path, exc)
-            self._on_failure(exc)
+        self._on_failure(exc, lost)
 
     # --- sync thread results (reactor thread) ---------------------------------------------------
 
     def _delivered(self, batch: SyncBatch) -> None:
         if batch.error is not None:
-            self._fail(batch.error)
+            self._fail(batch.error, batch.tokens)
         else:
             self.durable_mark = batch.mark
             self._metrics.observe_fsync(batch.latency_ms, batch.entries)

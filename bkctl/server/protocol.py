@@ -112,6 +112,18 @@ def deliver_durable(tokens: list[object]) -> None:
         connection.durable(replies)
 
 
+def deliver_lost(tokens: list[object]) -> None:
+    """Storage's `on_lost`: the journal failed and these adds will never be durable. Their connections
+    are closed (the replies already sent stay valid), so each client fails them at once and moves on
+    to other bookies; an add is never acknowledged without its journal record."""
+    connections = {token[0] for token in tokens}  # type: ignore[index]
+    for connection in connections:
+        transport = connection.transport
+        if transport is not None:
+            log.warning("bookie: closing connection from %s: its adds cannot be journaled", connection.peer)
+            transport.loseConnection()
+
+
 def framed(payload: bytes) -> bytes:
     return wire.frame_prefix(len(payload)) + payload
 

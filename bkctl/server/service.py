@@ -30,7 +30,7 @@ from bkctl.protocol import metadata_format as mf
 from bkctl.server import cookies
 from bkctl.server.config import BookieConfig
 from bkctl.server.dirlock import DirectoryLocks, holder_text, lock_directories
-from bkctl.server.protocol import BookieFactory, NetworkMetrics, deliver_durable
+from bkctl.server.protocol import BookieFactory, NetworkMetrics, deliver_durable, deliver_lost
 from bkctl.server.storage import ReplayReport, Storage, StorageConfig
 
 log = logging.getLogger("bkctl.bookie")
@@ -143,7 +143,7 @@ class BookieService:
         self.port = self._listener.getHost().port
         self.bookie_id = self.config.resolved_bookie_id(self.port)
         yield self._in_thread(cookies.check_cookies, self.config, self.layout, self.bookie_id)
-        self.storage = Storage(self._storage_config, deliver_durable, self._reactor)
+        self.storage = Storage(self._storage_config, deliver_durable, self._reactor, deliver_lost)
         self.replay = self.storage.start()
         self.factory.storage = self.storage
         self.factory.ready = True
@@ -247,6 +247,10 @@ class BookieService:
         storage = self.storage
         if storage is None or self._stopping is not None:
             return None
+        try:
+            storage.check_disk_usage()
+        except OSError as exc:
+            log.error("bookie %s: disk usage check failed: %s", self.bookie_id, exc)
         read_only = storage.read_only
         self.state = "read-only" if read_only else "read-write"
         if read_only == self.registered_read_only:

@@ -10,6 +10,7 @@ cache, then the cache being flushed, then index + entry log. See docs/bookie.md,
 from __future__ import annotations
 
 import bisect
+import errno
 import heapq
 import logging
 import os
@@ -171,7 +172,9 @@ class Storage:
         config: StorageConfig,
         on_durable: Callable[[list[object]], None],
         reactor: Any = None,
+        on_lost: Callable[[list[object]], None] | None = None,
     ) -> None:
+        """`on_lost` gets the tokens of adds a failed journal will never make durable (never acknowledged)."""
         if reactor is None:
             from twisted.internet import reactor as default_reactor
 
@@ -180,6 +183,7 @@ class Storage:
         self.metrics = StorageMetrics()
         self._reactor = reactor
         self._on_durable = on_durable
+        self._on_lost = on_lost
         self._journal_currents = [d / "current" for d in config.journal_dirs]
         self._ledger_currents = [d / "current" for d in config.ledger_dirs]
         self._index = IndexStore(config.index_dirs, config.ledger_cache_pages_max)
@@ -563,7 +567,9 @@ class Storage:
     def read_only(self) -> bool:
         return self._manual_read_only or self._disk_full or self._journal_broken
 
-    def _check_disk_usage(self) -> None:
+    def check_disk_usage(self) -> None:
+        """Turn read-only above diskUsageThreshold, writable again under diskUsageLwmThreshold (the
+        service calls it every diskCheckInterval, the checkpoint timer every flushInterval)."""
         usage = max(_disk_usage(d) for d in (*self._journal_currents, *self._ledger_currents))
         if not self._disk_full and usage > self.config.disk_usage_threshold:
             self._disk_full = True
@@ -573,10 +579,29 @@ class Storage:
             self._disk_full = False
             self._refresh_refusal()
             log.warning("disk usage %.1f%% is below the low-water mark: writable again", usage * 100)
+            if self._active and self._stopping is None:
+                # Entries a failed checkpoint left in the write cache go to the entry log now.
+                self._checkpoint_logged()
 
-    def _journal_failed(self, exc: OSError) -> None:
+    def _journal_failed(self, exc: OSError, lost: list[object]) -> None:
+        """A journal write or fdatasync failed: refuse adds (EIO) and drop the connections whose adds
+        will never be acknowledged, so their clients fail them at once rather than time out."""
         self._journal_broken = True
         self._refresh_refusal()
+        if lost and self._on_lost is not None:
+            self._on_lost(lost)
+
+    def _checkpoint_failed(self, exc: BaseException | None) -> None:
+        """A checkpoint could not write the entry log, index or lastMark: read-only like a full disk
+        (Java marks the ledger dir full); writable again once usage is under the low-water mark."""
+        if isinstance(exc, OSError) and not self._disk_full:
+            self._disk_full = True
+            self._refresh_refusal()
+            log.error(
+                "checkpoint could not write (%s): read-only until disk usage is under %.0f%%",
+                exc,
+                self.config.disk_usage_lwm_threshold * 100,
+            )
 
     # --- checkpoint -----------------------------------------------------------------------------
 
@@ -611,7 +636,13 @@ class Storage:
     def _checkpoint_in_thread(self, run: _Checkpoint) -> None:
         if not run.cache and not run.headers and run.marks == self.last_marks_written:
             return
-        self._write_out(run.cache, run.headers)
+        try:
+            self._write_out(run.cache, run.headers)
+        except OSError:
+            # No lastMark is written: replay still covers every entry of this run, and they stay in
+            # the write cache (see _checkpoint_done). The unflushed entry log bytes go.
+            self._writer.discard_unflushed()
+            raise
         self._write_last_marks(run.marks)
         self._remove_old_journals(run.marks)
 
@@ -624,6 +655,7 @@ class Storage:
         self._flushing = None
         if isinstance(result, Failure):
             log.error("checkpoint failed: %s", result.getErrorMessage())
+            self._checkpoint_failed(result.value)
             # A fresh cache, not run.cache resized: views of its buffers may still be alive in the traceback.
             merged = WriteCache()
             merged.merge_under(run.cache)
@@ -680,7 +712,7 @@ class Storage:
     def _on_periodic(self) -> None:
         self._schedule_periodic()
         try:
-            self._check_disk_usage()
+            self.check_disk_usage()
         except OSError as exc:
             log.error("disk usage check failed: %s", exc)
         if self._running is None:
@@ -789,7 +821,9 @@ def _write_file(path: Path, data: bytes) -> None:
     temporary = path.with_name(path.name + ".tmp")
     fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        os.write(fd, data)
+        written = os.write(fd, data)
+        if written != len(data):  # a short write (disk full): never rename a cut file over the old one
+            raise OSError(errno.ENOSPC, f"{temporary}: wrote {written} of {len(data)} bytes")
         os.fsync(fd)
     finally:
         os.close(fd)
