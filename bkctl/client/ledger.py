@@ -128,6 +128,8 @@ class LedgerHandle:
         self._error: BkctlError | None = None
         self._changing = False
         self._failed: dict[int, str] = {}  # ensemble index -> the bookie that failed there
+        self._copies_missed: set[str] = set()  # bookies an acknowledged entry did not reach
+        self._copies_marked: set[str] = set()  # ... of which the under-replication mark names these
         self._ensemble = list(metadata.segments[-1].ensemble)
         self._targets: list[tuple[BookieClient, OnReply, str]] = []  # per ensemble index, see _bookie_targets
         self._write_sets = [
@@ -309,7 +311,11 @@ class LedgerHandle:
         target.send_adds([(add_key(self.ledger_id, add.entry_id), add.frame, add)], on_reply)
 
     def _add_done(self, index: int, bookie: str, add: _Add, rc: int, _: bytes) -> None:
-        if self._error is not None or add.entry_id <= self.last_add_confirmed:
+        if self._error is not None:
+            return
+        if add.entry_id <= self.last_add_confirmed:
+            if rc != _EOK:
+                self._copy_missed(index, bookie)
             return
         if self._ensemble[index] != bookie:
             return  # a bookie replaced since: its answer no longer counts
@@ -379,11 +385,40 @@ class LedgerHandle:
             waiter.callback(None)
 
     def _wait_drained(self) -> Deferred[None]:
-        if not self._pending or self._error is not None:
+        if (not self._pending and not self._changing) or self._error is not None:
             return defer.succeed(None)
         waiter: Deferred[None] = Deferred()
         self._drained.append(waiter)
         return waiter
+
+    # --- copies missed by acknowledged entries ----------------------------------------------------
+
+    def _copy_missed(self, index: int, bookie: str) -> None:
+        """An entry acknowledged by the other bookies of its write set failed on `bookie`: the ledger is
+        short of that copy. As Java's notifyWriteFailed, later entries go to another bookie (an ensemble
+        change); beyond Java, the ledger is then marked under-replicated naming `bookie`, so autorecovery
+        copies what is missing instead of waiting for a periodic check to notice."""
+        self._copies_missed.add(bookie)
+        if self._ensemble[index] == bookie:
+            self._bookie_failed(index, bookie)
+        elif not self._changing:
+            self._mark_missed_copies()
+
+    def _mark_missed_copies(self, *, closed: bool = False) -> Deferred[None]:
+        """Mark the ledger for the bookies that missed copies and are out of its last ensemble (an open
+        ledger whose last ensemble is marked would be fenced by autorecovery), or all once closed."""
+        current = set() if closed else set(self._ensemble)
+        bookies = sorted(self._copies_missed - self._copies_marked - current)
+        if not bookies:
+            return defer.succeed(None)
+        self._copies_marked.update(bookies)
+        log.warning("ledger %d: copies missed on %s: marked under-replicated", self.ledger_id, bookies)
+        marking = self.client.in_thread(self.client.layout.mark_underreplicated, self.ledger_id, bookies)
+
+        def failed(failure: Failure) -> None:  # the audit's periodic check will find it instead
+            log.warning("ledger %d: could not mark it under-replicated: %s", self.ledger_id, failure.value)
+
+        return marking.addCallbacks(lambda _: None, failed)
 
     # --- ensemble change --------------------------------------------------------------------------
 
@@ -430,8 +465,11 @@ class LedgerHandle:
             self._ensemble = new
             self._resend(set(failed))
         self._changing = False
+        self._mark_missed_copies()
         if self._error is None and self._pending:
             self._advance()
+        elif not self._pending:
+            self._notify_drained()  # a close waits for a change made after its last add
 
     async def _write_segment(self, ensemble: list[str]) -> None:
         first = self.last_add_confirmed + 1
@@ -519,6 +557,7 @@ class LedgerHandle:
             return
         await self._wait_drained()
         await self.close_metadata(self.last_add_confirmed, self.length)
+        await self._mark_missed_copies(closed=True)
         if self._error is not None:
             raise type(self._error)(str(self._error))
 

@@ -142,3 +142,33 @@ async def test_outstanding_adds_are_bounded(tmp_path: Path, monkeypatch: pytest.
         pending.addErrback(lambda _: None)
     finally:
         await cluster.stop()
+
+
+@twisted_test
+async def test_a_copy_missed_by_an_acknowledged_entry_changes_the_ensemble_and_marks_the_ledger(
+    tmp_path: Path,
+) -> None:
+    """Found by the chaos checker (issue 14): with Qa < Qw, an entry acknowledged by Qa bookies whose
+    add then failed on the last one was left short of that copy, silently, and later entries kept
+    going to the failing bookie. Now the ensemble changes (as Java's notifyWriteFailed) and the ledger
+    is marked under-replicated naming that bookie, for autorecovery to copy what is missing."""
+    cluster = await Cluster(tmp_path).start(3)
+    try:
+        silent = await cluster.silent_bookie()
+        client = cluster.client(request_timeout_ms=300)
+        silent_ensemble = [*(b.bookie_id for b in cluster.bookies[:2]), silent]
+        writer = await bounded(client.create_ledger(3, 3, 2, password=PW, ensemble=silent_ensemble))
+        assert await bounded(writer.add_many([b"x"] * 5)) == list(range(5))  # 2 of 3: acknowledged
+        for _ in range(100):  # the silent bookie's adds time out: replaced, the ledger marked
+            if silent not in writer.ensemble:
+                break
+            await sleep(0.05)
+        assert silent not in writer.ensemble
+        assert await bounded(writer.add_many([b"y"] * 5)) == list(range(5, 10))
+        await bounded(writer.close())
+        md = (await in_thread(cluster.layout.read_ledger, writer.ledger_id)).value  # type: ignore[union-attr]
+        assert silent in md.segments[0].ensemble and silent not in md.segments[-1].ensemble
+        mark = await in_thread(cluster.layout.read_underreplicated, writer.ledger_id)  # type: ignore[union-attr]
+        assert mark is not None and mark.value.replicas == (silent,)
+    finally:
+        await cluster.stop()
