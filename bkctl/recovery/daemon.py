@@ -81,7 +81,7 @@ class AutorecoveryDaemon:
     def _auditor_failed(self, failure: Any) -> None:
         log.warning("auditor did not start: %s; voting again", failure.getErrorMessage())
         self._demoted()
-        self.election.revote()
+        self.election.revote(requeue=True)
 
     def _session_lost_from_thread(self) -> None:
         self._reactor.callFromThread(self._republish)

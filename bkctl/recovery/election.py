@@ -40,6 +40,7 @@ class AuditorElection:
         self._watch: Subscription | None = None
         self._session_sub: Subscription | None = None
         self._stopped = False
+        self._voting = False  # a vote is being cast: one at a time, so a daemon never holds two
 
     def start(self) -> Deferred[None]:
         self._session_sub = self._layout.store.on_session_lost(self._session_lost_from_thread)
@@ -60,13 +61,28 @@ class AuditorElection:
     def _in_thread(self, function: Callable[..., Any], *args: Any) -> Deferred[Any]:
         return threads.deferToThreadPool(self._reactor, self._reactor.getThreadPool(), function, *args)
 
-    def _vote(self) -> Deferred[None]:
+    def _vote(self, old_vote: str | None = None) -> Deferred[None]:
         def voted(path: str) -> Deferred[None]:
+            self._voting = False
             self.vote_path = path
-            log.info("auditor election: %s voted %s", self._bookie_id, name_of(path))
+            if path != old_vote:
+                log.info("auditor election: %s voted %s", self._bookie_id, name_of(path))
             return self._elect()
 
-        return self._in_thread(self._layout.add_auditor_vote, self._bookie_id).addCallback(voted)
+        def failed(failure: Any) -> Any:
+            self._voting = False
+            return failure
+
+        self._voting = True
+        return self._in_thread(self._cast_vote, old_vote).addCallbacks(voted, failed)
+
+    def _cast_vote(self, old_vote: str | None) -> str:
+        """A new vote, unless `old_vote` is still there: an ephemeral node outlives no expiry, so it
+        was cast in this session (two events of one expiry, the session loss and a vanished vote,
+        each ask to vote again: one vote must come of them)."""
+        if old_vote is not None and self._layout.store.exists(old_vote) is not None:
+            return old_vote
+        return self._layout.add_auditor_vote(self._bookie_id)
 
     def _elect(self) -> Deferred[None]:
         if self._stopped or self.vote_path is None:
@@ -76,8 +92,8 @@ class AuditorElection:
     def _elect_blocking(self, vote_path: str) -> None:
         names = [name for name, _ in self._layout.auditor_votes()]
         mine = name_of(vote_path)
-        if mine not in names:  # our vote vanished without a session loss (deleted by hand): vote again
-            self._reactor.callFromThread(self.revote)
+        if mine not in names:  # our vote vanished (a session loss, or deleted by hand): vote again
+            self._reactor.callFromThread(self.revote, vote_path)
             return
         index = names.index(mine)
         if index == 0:
@@ -109,13 +125,22 @@ class AuditorElection:
     def _session_lost_from_thread(self) -> None:
         self._reactor.callFromThread(self.revote)
 
-    def revote(self) -> None:
-        if self._stopped:
+    def revote(self, vanished: str | None = None, *, requeue: bool = False) -> None:
+        """Vote again after a session loss (`vanished` None) or because `vanished` was not among the
+        votes; skipped when a vote is being cast or `vanished` was replaced already. `requeue`
+        withdraws a live vote first: the daemon goes to the back of the line."""
+        if self._stopped or self._voting or (vanished is not None and vanished != self.vote_path):
             return
-        log.warning("auditor election: %s lost its vote (session lost); voting again", self._bookie_id)
+        log.warning("auditor election: %s voting again", self._bookie_id)
         self._demote()
-        self.vote_path = None
-        self._vote().addErrback(self._retry_later)
+        old_vote, self.vote_path = self.vote_path, None
+        if requeue and old_vote is not None:
+            self._voting = True
+            withdrawn = self._in_thread(self._delete_quietly, old_vote)
+            withdrawn.addBoth(lambda _: setattr(self, "_voting", False))
+            withdrawn.addCallback(lambda _: self._vote()).addErrback(self._retry_later)
+            return
+        self._vote(old_vote).addErrback(self._retry_later)
 
     def _retry_later(self, failure: Any) -> None:
         if self._stopped:
@@ -126,7 +151,8 @@ class AuditorElection:
     def _retry(self) -> None:
         if not self._stopped:
             retry = self._elect if self.vote_path is not None else self._vote
-            retry().addErrback(self._retry_later)
+            if not self._voting:
+                retry().addErrback(self._retry_later)
 
     def _delete_quietly(self, path: str) -> None:
         try:

@@ -99,7 +99,9 @@ def one_auditor(layout: Layout, live: set[str]) -> bool:
 def test_zookeeper_paused_past_the_session_timeout_while_a_lost_bookie_heals(tmp_path: Path) -> None:
     """Every bookie runs its daemon (`bookie start --autorecovery`); one is killed -9; as soon as its
     ledgers are marked (workers are taking locks) ZooKeeper stops for longer than any session. After
-    SIGCONT the daemons vote again (exactly one auditor), take the marks' locks again and heal."""
+    SIGCONT the daemons vote again (exactly one vote each, one auditor), take the marks' locks again and
+    heal. A pause does not guarantee the expiry (at SIGCONT the clients' reconnects race the server's
+    expirer; most runs expire every session, see the votes printed): the end state is asserted either way."""
     conf = tmp_path / "bk_server.conf"
     conf.write_text(f"zkTimeout={SESSION_MS}\n")
     with ZooKeeperServer(tick_ms=200) as server:

@@ -75,3 +75,48 @@ async def test_session_loss_makes_the_auditor_vote_again(store_target: StoreTarg
     assert "-127.0.0.1:3181" in events
     for election in made:
         await bounded(election.stop())
+
+
+@twisted_test
+async def test_the_two_signals_of_one_lost_vote_cast_one_new_vote(store_target: StoreTarget) -> None:
+    """A session loss tells a daemon twice: the session callback, and its predecessor watch finding its
+    own vote gone. Both ask to vote again; one vote must come of them (two would make the daemon
+    count twice in the line, and the check of exactly one vote per live daemon fail)."""
+    made, layouts, _events = elections(store_target, 2)
+    for election in made:
+        await bounded(election.start())
+    await until(lambda: made[0].is_auditor)
+    lost = made[1].vote_path
+    assert lost is not None
+    await in_thread(layouts[1].store.delete, lost)
+    made[1].revote(lost)  # the watch's way
+    made[1].revote()  # the session callback's way, at once
+    await until(lambda: made[1].vote_path not in (None, lost))
+    made[1].revote(lost)  # late news of the vote already replaced: nothing to do
+    await sleep(0.5)
+    votes = await in_thread(layouts[0].auditor_votes)
+    assert [bookie for _, bookie in votes] == ["127.0.0.1:3181", "127.0.0.2:3181"]
+    assert made[0].is_auditor and not made[1].is_auditor
+    for election in made:
+        await bounded(election.stop())
+
+
+@twisted_test
+async def test_every_session_lost_at_once_one_vote_each_and_one_auditor(store_target: StoreTarget) -> None:
+    """ZooKeeper back from a pause past every session timeout: every daemon votes again, once."""
+    made, layouts, _events = elections(store_target, 3)
+    for election in made:
+        await bounded(election.start())
+    await until(lambda: made[0].is_auditor)
+    before = [e.vote_path for e in made]
+    for layout in layouts:
+        store_target.expire(layout.store)
+    await until(lambda: all(e.vote_path not in (None, *before) for e in made))
+    await until(lambda: sum(e.is_auditor for e in made) == 1)
+    await sleep(0.5)
+    votes = await in_thread(layouts[0].auditor_votes)
+    assert sorted(bookie for _, bookie in votes) == ["127.0.0.1:3181", "127.0.0.2:3181", "127.0.0.3:3181"]
+    (auditor,) = [e for e in made if e.is_auditor]
+    assert auditor.vote_path is not None and auditor.vote_path.endswith(votes[0][0])
+    for election in made:
+        await bounded(election.stop())
