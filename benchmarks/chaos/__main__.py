@@ -1,0 +1,3 @@
+from benchmarks.chaos.run import main
+
+main()
