@@ -32,6 +32,7 @@ FINDING_COLUMNS = [
     Column("entries", "ENTRIES", numeric=True),
 ]
 SPARK_MISSING = "pyspark is not installed: pip install 'bkctl[spark]' (needs Java 17+)"
+CONNECT_MISSING = "--remote needs the Spark Connect client: pip install 'bkctl[spark]'"
 
 
 def register(root: typer.Typer) -> None:
@@ -84,25 +85,32 @@ def audit(
     """
     fmt = resolve(output)
     uri = metadata_choice(metadata)
-    options = _options(ledgers, verify_digests, sample, output_dir)
+    ledger_range = _ledger_range(ledgers)
+    if sample < 1.0 and not verify_digests:
+        raise UsageError("--sample goes with --verify-digests")
     if bool(bookie_dir) == online:
         raise UsageError("give --bookie-dir (offline, from the files) or --online (asking the bookies)")
+    # Arguments first (exit 2 whether or not pyspark is there), then the pipeline, which imports pyspark.
     try:
-        from bkctl.pipeline.audit import mark_underreplicated, run_audit
+        from bkctl.pipeline.audit import AuditOptions, mark_underreplicated, run_audit
         from bkctl.pipeline.inventory import resolve_bookie_dirs
         from bkctl.pipeline.online import registered_bookies
         from bkctl.pipeline.session import spark_session
     except ImportError as exc:
-        if "pyspark" in str(exc) or "pyarrow" in str(exc):
+        if (exc.name or "").split(".")[0] in ("pyspark", "pyarrow") or "pyspark" in str(exc):
             raise UnavailableError(SPARK_MISSING) from None
         raise
+    options = AuditOptions(ledger_range, verify_digests, sample, output_dir)
     problems: list[str] = []
     bookies: list[Any] = []
     if online:
         bookies, problems = registered_bookies(uri)
     else:
         bookies = resolve_bookie_dirs(bookie_dir or [])
-    spark = spark_session(master, remote, progress=sys.stderr.isatty())
+    try:
+        spark = spark_session(master, remote, progress=sys.stderr.isatty())
+    except ImportError as exc:  # --remote without the Spark Connect client's packages (grpcio, pandas...)
+        raise UnavailableError(f"{CONNECT_MISSING} ({exc})") from None
     try:
         result = run_audit(spark, uri, bookies, options)
     finally:
@@ -112,18 +120,15 @@ def audit(
         marked = mark_underreplicated(uri, result.findings)
         message(f"marked {len(marked)} ledger(s) under-replicated")
     _render(result.as_dict(), fmt)
+    for warning in result.warnings:
+        message(f"bkctl: warning: {warning}")
     for error in result.errors:
         message(f"bkctl: error: {error}")
     if not result.clean:
-        raise ProblemsFound(f"{len(result.findings)} finding(s), {len(result.errors)} unreadable file(s)")
-
-
-def _options(ledgers: str | None, verify: bool, sample: float, output_dir: Path | None) -> Any:
-    from bkctl.pipeline.audit import AuditOptions
-
-    if sample < 1.0 and not verify:
-        raise UsageError("--sample goes with --verify-digests")
-    return AuditOptions(_ledger_range(ledgers), verify, sample, output_dir)
+        raise ProblemsFound(
+            f"{len(result.findings)} finding(s), {len(result.errors)} unreadable file(s) or bookie(s), "
+            f"{len(result.warnings)} undecodable ledger(s)"
+        )
 
 
 def _ledger_range(text: str | None) -> tuple[int, int] | None:

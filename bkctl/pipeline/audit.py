@@ -7,6 +7,9 @@ before anything reaches the driver.
 
 Open ledgers end where the bookies say: at the highest entry held by at least Qa bookies (an entry that
 may have been acknowledged); entries past it are not findings.
+
+A ledger whose metadata node does not decode is not audited at all: its copies are neither `extra` nor
+`orphan` (an orphan is reclaimable, and this ledger may well be alive); the result names it in `warnings`.
 """
 
 from __future__ import annotations
@@ -25,8 +28,10 @@ from bkctl.metadata.stores import layout_at
 from bkctl.pipeline import sources
 from bkctl.pipeline.inventory import BookieDirs, Verify, ledger_record_bytes
 from bkctl.pipeline.online import OnlineBookie
+from bkctl.pipeline.session import parallelism
 
 KINDS = ("missing", "lost", "extra", "orphan", "corrupt", "divergent")
+BOOKIE_KINDS = ("missing", "extra", "orphan", "corrupt")  # the kinds that name a bookie
 FINDING_SCHEMA = (
     "kind string, ledger_id long, bookie string, first_entry_id long, last_entry_id long, "
     "entries long, bytes long"
@@ -47,13 +52,19 @@ class AuditResult:
     summary: dict[str, Any]
     findings: list[dict[str, Any]]
     errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def clean(self) -> bool:
-        return not self.findings and not self.errors
+        return not self.findings and not self.errors and not self.warnings
 
     def as_dict(self) -> dict[str, Any]:
-        return {"summary": self.summary, "findings": self.findings, "errors": self.errors}
+        return {
+            "summary": self.summary,
+            "findings": self.findings,
+            "errors": self.errors,
+            "warnings": self.warnings,
+        }
 
 
 Bookies = Sequence[BookieDirs | OnlineBookie]
@@ -68,16 +79,18 @@ def run_audit(spark: SparkSession, uri: str, bookies: Bookies, options: AuditOpt
     verify = Verify(keys, options.sample) if options.verify_digests else None
     segments = (
         spark.read.format("bkctl_ledger_segments")
-        .options(uri=uri, ids=json.dumps(ids), partitions=str(spark.sparkContext.defaultParallelism))
+        .options(uri=uri, ids=json.dumps(ids), partitions=str(parallelism(spark)))
         .load()
         .cache()
     )
     held = _holdings(spark, bookies, ids, verify).cache()
-    errors = [r.problem for r in segments.where("problem IS NOT NULL").select("problem").collect()]
-    errors += [r.problem for r in held.where("problem IS NOT NULL").select("problem").collect()]
+    undecodable, warnings = _undecodable(segments)
+    errors = [r.problem for r in held.where("problem IS NOT NULL").select("problem").collect()]
     held_ok = held.where("problem IS NULL")
     if options.ledgers is not None:
         held_ok = held_ok.where(F.col("ledger_id").between(*options.ledgers))
+    if undecodable:
+        held_ok = held_ok.where(~F.col("ledger_id").isin(undecodable))
     by_entry = _holdings_by_entry(held_ok).cache()
     ends = _ledger_ends(segments.where("problem IS NULL"), by_entry).cache()
     entries = _classify(segments.where("problem IS NULL"), by_entry, ends, [b.bookie_id for b in bookies])
@@ -86,10 +99,20 @@ def run_audit(spark: SparkSession, uri: str, bookies: Bookies, options: AuditOpt
     summary = _summary(entries, ends, findings, len(bookies))
     summary["seconds"] = round(time.monotonic() - started, 2)
     if options.output_dir is not None:
-        _write_output(spark, options.output_dir, findings, summary)
+        _write_output(spark, options.output_dir, entries, findings, summary)
     for frame in (entries, ends, by_entry, held, segments):
         frame.unpersist()
-    return AuditResult(summary, findings, errors)
+    return AuditResult(summary, findings, errors, warnings)
+
+
+def _undecodable(segments: DataFrame) -> tuple[list[int], list[str]]:
+    """Ledgers whose metadata node does not decode (ids, to leave their copies out) and a warning each."""
+    rows = segments.where("problem IS NOT NULL").select("ledger_id", "problem").collect()
+    warnings = [
+        f"{r.problem} (ledger {r.ledger_id} not audited: its copies are neither extra nor orphan)"
+        for r in rows
+    ]
+    return sorted({r.ledger_id for r in rows}), warnings
 
 
 def _holdings(spark: SparkSession, bookies: Bookies, ids: list[int], verify: Verify | None) -> DataFrame:
@@ -120,10 +143,11 @@ def _ledger_ids(uri: str, options: AuditOptions) -> tuple[list[int], dict[int, A
 
 def _holdings_by_entry(held: DataFrame) -> DataFrame:
     """One row per (ledger, entry) held anywhere: its holders, the holders of a corrupt copy, and how
-    many different payloads the verified copies have (one shuffle; an entry in both the index and the
-    journal of a bookie counts once)."""
+    many different payloads the verified copies have, how many copies had their digest checked (one
+    shuffle; an entry in both the index and the journal of a bookie counts once, except in `checked`)."""
     return held.groupBy("ledger_id", "entry_id").agg(
         F.collect_set("bookie").alias("holders"),
+        F.count("digest_ok").alias("checked"),
         F.collect_set(F.when(~F.col("digest_ok"), F.col("bookie"))).alias("corrupt"),
         F.countDistinct(F.when(F.col("digest_ok"), F.col("payload_crc"))).alias("versions"),
     )
@@ -184,6 +208,9 @@ def _classify(segments: DataFrame, by_entry: DataFrame, ends: DataFrame, audited
     return joined.select(
         "ledger_id",
         "entry_id",
+        F.coalesce("write_set", F.array().cast("array<string>")).alias("write_set"),
+        F.array_intersect(F.col("write_set"), holders).alias("found_on"),
+        F.coalesce("checked", F.lit(0)).alias("checked"),
         F.col("write_set").isNotNull().alias("expected"),
         F.coalesce(F.size("write_set"), F.lit(0)).alias("wanted"),
         F.size(F.array_intersect(F.col("write_set"), holders)).alias("found"),
@@ -271,6 +298,7 @@ def _summary(
         F.sum("wanted").alias("wanted"),
         F.sum("found").alias("found"),
         F.sum("unknown").alias("unknown"),
+        F.sum("checked").alias("checked"),
     ).collect()[0]
     total = {kind: sum(f["entries"] for f in findings if f["kind"] == kind) for kind in KINDS}
     orphans = [f for f in findings if f["kind"] == "orphan"]
@@ -288,22 +316,50 @@ def _summary(
         "corrupt": total["corrupt"],
         "divergent": total["divergent"],
         "unknown": totals["unknown"] or 0,
+        "digests_checked": totals["checked"] or 0,
     }
 
 
 def _write_output(
-    spark: SparkSession, directory: Path, findings: list[dict[str, Any]], summary: dict[str, Any]
+    spark: SparkSession,
+    directory: Path,
+    entries: DataFrame,
+    findings: list[dict[str, Any]],
+    summary: dict[str, Any],
 ) -> None:
     """Parquet of the findings and of per-bookie / per-ledger totals, and summary.json."""
     frame = spark.createDataFrame([_row(f) for f in findings], FINDING_SCHEMA)
     frame.write.mode("overwrite").parquet(str(directory / "findings"))
-    frame.groupBy("bookie", "kind").agg(F.sum("entries").alias("entries")).write.mode("overwrite").parquet(
-        str(directory / "per_bookie")
+    per_bookie = _totals(
+        entries.select(F.explode("write_set").alias("bookie")),
+        entries.select(F.explode("found_on").alias("bookie")),
+        frame.where("bookie IS NOT NULL"),
+        "bookie",
+        BOOKIE_KINDS,
     )
-    frame.groupBy("ledger_id", "kind").agg(F.sum("entries").alias("entries")).write.mode("overwrite").parquet(
-        str(directory / "per_ledger")
+    per_bookie.write.mode("overwrite").parquet(str(directory / "per_bookie"))
+    per_ledger = _totals(
+        entries.select("ledger_id", F.explode("write_set").alias("bookie")),
+        entries.select("ledger_id", F.explode("found_on").alias("bookie")),
+        frame,
+        "ledger_id",
+        KINDS,
     )
+    per_ledger.write.mode("overwrite").parquet(str(directory / "per_ledger"))
     (directory / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+
+
+def _totals(
+    expected: DataFrame, found: DataFrame, findings: DataFrame, key: str, kinds: Sequence[str]
+) -> DataFrame:
+    """One row per `key`: replicas_expected, replicas_found (counted in Spark, per replica) and the
+    entries of each finding kind; a key with findings only (an orphan's bookie or ledger) has 0 replicas."""
+    counts = expected.groupBy(key).agg(F.count("*").alias("replicas_expected"))
+    counts = counts.join(found.groupBy(key).agg(F.count("*").alias("replicas_found")), key, "full_outer")
+    by_kind = findings.groupBy(key).pivot("kind", list(kinds)).agg(F.sum("entries"))
+    table = counts.join(by_kind, key, "full_outer")
+    columns = ["replicas_expected", "replicas_found", *kinds]
+    return table.select(key, *(F.coalesce(F.col(c), F.lit(0)).cast("long").alias(c) for c in columns))
 
 
 def _row(finding: dict[str, Any]) -> tuple[Any, ...]:

@@ -231,7 +231,7 @@ def _record_size(log: Path, offset: int) -> int:
 
 # One row per segment: ledger_id, state, last_entry_id (closed: the last entry; open: -1, the end comes
 # from what the bookies hold), ensemble_size, write_quorum, ack_quorum, first_entry_id, segment_last
-# (-1: to the ledger's end), ensemble, problem (a node that does not decode: ledger_id its id or -1).
+# (-1: to the ledger's end), ensemble, problem (a node that does not decode: the row has its ledger_id).
 SEGMENT_SCHEMA = (
     "ledger_id long, state string, last_entry_id long, ensemble_size int, write_quorum int, "
     "ack_quorum int, first_entry_id long, segment_last long, ensemble array<string>, problem string"
@@ -242,6 +242,7 @@ def segment_rows(uri: str, ledger_ids: list[int]) -> Iterator[tuple[Any, ...]]:
     """The segments of the given ledgers, read from the metadata store (in an executor or the driver)."""
     problems: list[tuple[str, str]] = []
     with layout_at(uri) as layout:
+        ids_by_path = {layout.ledger_path(i): i for i in ledger_ids}
         for ledger_id, md in layout.read_ledgers(ledger_ids, lambda p, why: problems.append((p, why))):
             closed = md.state is LedgerState.CLOSED
             last = md.last_entry_id if closed else INVALID_ENTRY_ID
@@ -262,4 +263,5 @@ def segment_rows(uri: str, ledger_ids: list[int]) -> Iterator[tuple[Any, ...]]:
                     None,
                 )
     for path, why in problems:
-        yield (-1, "", INVALID_ENTRY_ID, 0, 0, 0, 0, INVALID_ENTRY_ID, [], f"{path}: {why}")
+        ledger_id = ids_by_path.get(path, -1)
+        yield (ledger_id, "", INVALID_ENTRY_ID, 0, 0, 0, 0, INVALID_ENTRY_ID, [], f"{path}: {why}")

@@ -1,11 +1,17 @@
 """The SparkSession of `bkctl audit`: local[*] by default, a cluster with --master, Spark Connect with
---remote; Spark's own logging kept to warnings and errors on stderr (stdout carries the result)."""
+--remote; Spark's own logging kept to warnings and errors on stderr (stdout carries the result).
+
+A Spark Connect session has no SparkContext (touching `spark.sparkContext` raises), so the pipeline asks
+only what both kinds answer: `is_connect` and `parallelism` below."""
 
 from __future__ import annotations
 
 import os
 import sys
 from typing import Any
+
+# Partitions of the ledger metadata when the session cannot say how many cores it has (Spark Connect).
+CONNECT_PARALLELISM = 8
 
 # Quick JVM start for a job that runs seconds to minutes (docs/commands/audit.md, reference notes).
 JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
@@ -35,3 +41,20 @@ def spark_session(master: str | None = None, remote: str | None = None, *, progr
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def is_connect(spark: Any) -> bool:
+    """A Spark Connect session (pyspark.sql.connect), which must never touch `sparkContext`."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def parallelism(spark: Any) -> int:
+    """How many tasks run at once: the SparkContext's default parallelism; on Spark Connect the server's
+    `spark.default.parallelism` when it is set, else CONNECT_PARALLELISM."""
+    if not is_connect(spark):
+        return int(spark.sparkContext.defaultParallelism)
+    try:
+        value = spark.conf.get("spark.default.parallelism", None)
+    except Exception:  # a server that refuses to show a non-SQL conf: the default will do
+        value = None
+    return int(value) if value and str(value).isdigit() else CONNECT_PARALLELISM

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,15 +15,16 @@ import pytest
 from bkctl.files.index import index_entries, ledger_index_path, open_index
 from bkctl.metadata.layout import Layout
 from bkctl.metadata.sqlite import SqliteStore
-from bkctl.model import DigestType, LedgerState
+from bkctl.model import DigestType, LedgerState, Segment
 from bkctl.pipeline.audit import AuditOptions, AuditResult, run_audit
-from bkctl.pipeline.inventory import resolve_bookie_dirs
+from bkctl.pipeline.inventory import Verify, resolve_bookie_dirs
 from bkctl.protocol import entry as entry_codec
 from bkctl.protocol import entrylog_format as ef
 from tests.client.test_java_data import prepare
 
 pytestmark = pytest.mark.spark
 B1, B2, B3 = "127.0.0.1:33181", "127.0.0.1:33182", "127.0.0.1:33183"
+B4 = "127.0.0.1:33184"  # in no directory given to the audit
 ENTRIES = {0: 1000, 1: 50, 2: 100, 3: 200}  # ledger 1 is open: 50 entries on the bookies
 
 
@@ -107,26 +109,47 @@ def test_flipped_bytes_are_corrupt_and_a_rewritten_copy_is_divergent(spark: Any,
     assert kinds(result) == {("corrupt", 0, B1): 1, ("divergent", 3, None): 1}
     corrupt = next(f for f in result.findings if f["kind"] == "corrupt")
     assert (corrupt["first_entry_id"], corrupt["last_entry_id"]) == (17, 17)
+    assert result.summary["digests_checked"] == 2 * sum(ENTRIES.values())  # every copy, bad ones too
     assert audit(spark, java).findings == []  # without digests, bytes are not looked at
 
+    # --sample 0.3: the entries Verify picks, every copy of each (so divergence is still seen).
+    sampled = Verify({}, 0.3).sampled
+    picked = [(lid, e) for lid, n in ENTRIES.items() for e in range(n) if sampled(lid, e)]
+    result = audit(spark, java, verify_digests=True, sample=0.3)
+    assert result.summary["digests_checked"] == 2 * len(picked)
+    assert 0.2 < len(picked) / sum(ENTRIES.values()) < 0.4
+    expected = {("corrupt", 0, B1): (0, 17) in picked, ("divergent", 3, None): (3, 5) in picked}
+    assert kinds(result) == {k: 1 for k, chosen in expected.items() if chosen}
 
-def test_metadata_only_deletion_is_an_orphan_and_a_shortened_ledger_leaves_extras(
+
+def test_metadata_only_deletion_is_an_orphan_and_ensemble_changes_leave_extras(
     spark: Any, java: Path
 ) -> None:
     with SqliteStore(java / "metadata.db") as store:
         layout = Layout(store)
         store.delete(layout.ledger_path(0))
         versioned = layout.read_ledger(3)
-        from dataclasses import replace
-
         assert versioned.value.state is LedgerState.CLOSED
         layout.write_ledger(3, replace(versioned.value, last_entry_id=149), versioned.version)
+        # Ledger 2 (b3, b1, b2): from entry 60 on, b1 was replaced by a bookie not audited here, as an
+        # ensemble change does; b1 still holds its old share of entries 60..99.
+        versioned = layout.read_ledger(2)
+        first = versioned.value.segments[0]
+        changed = Segment(60, tuple(B4 if b == B1 else b for b in first.ensemble))
+        layout.write_ledger(2, replace(versioned.value, segments=(first, changed)), versioned.version)
     result = audit(spark, java)
     found = kinds(result)
     assert {k for k in found if k[0] == "orphan"} == {("orphan", 0, b) for b in (B1, B2, B3)}
     assert sum(n for k, n in found.items() if k[0] == "orphan") == 2 * 1000
-    assert sum(n for k, n in found.items() if k[0] == "extra") == 2 * 50  # entries 150..199, two copies
-    assert {k[0] for k in found} == {"orphan", "extra"}
+    on_3 = sum(n for k, n in found.items() if k[:2] == ("extra", 3))
+    assert on_3 == 2 * 50  # entries 150..199, two copies
+    # b1 is ensemble[1]: in the write sets of entries e % 3 in (0, 1); 27 of entries 60..99.
+    b1_share = [e for e in range(60, 100) if e % 3 in (0, 1)]
+    assert found[("extra", 2, B1)] == len(b1_share) == 27
+    extras = {(f["first_entry_id"], f["last_entry_id"]) for f in result.findings if f["ledger_id"] == 2}
+    assert extras == {(60, 61), *((e, e + 1) for e in range(63, 99, 3)), (99, 99)}
+    assert {k[0] for k in found} == {"orphan", "extra"} and len([k for k in found if k[1] == 2]) == 1
+    assert result.summary["unknown"] == 27  # the new bookie's replicas: not audited, never missing
     assert result.summary["orphan_ledgers"] == 1 and result.summary["orphan_bytes"] > 2 * 1000 * 40
 
 
