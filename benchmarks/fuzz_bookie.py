@@ -170,8 +170,10 @@ class Probe:
         try:
             with WireClient("127.0.0.1", self.port, timeout_s=10) as client:
                 payload = f"probe {entry_id}".encode()
-                assert client.add(PROBE_LEDGER, entry_id, payload).rc == wire.ReturnCode.EOK
-                assert client.read(PROBE_LEDGER, entry_id).rc == wire.ReturnCode.EOK
+                added = client.add(PROBE_LEDGER, entry_id, payload).rc
+                assert added == wire.ReturnCode.EOK, f"add rc {added}"
+                read = client.read(PROBE_LEDGER, entry_id).rc
+                assert read == wire.ReturnCode.EOK, f"read rc {read}"
         except (OSError, AssertionError) as exc:
             self.failures.append(f"probe {entry_id}: {type(exc).__name__}: {exc}")
             return
@@ -196,6 +198,8 @@ def run(frames: int, idle: int, seed: int, root: Path) -> dict[str, Any]:
     finally:
         bookie.proc.terminate()
         exit_code = bookie.proc.wait(60)
+    if result["probe_failures"] or exit_code != 0:
+        result["bookie_log_tail"] = bookie.log_path.read_text(errors="replace")[-3000:]
     return {**result, "bookie_exit_code": exit_code}
 
 

@@ -50,6 +50,7 @@ MiB: Final = 1024 * 1024
 _KEY: Final = struct.Struct(">qq")
 _EOK: Final = int(ReturnCode.EOK)
 _EBADREQ: Final = int(ReturnCode.EBADREQ)
+_ENTRY_ID_MAX: Final = limits.ENTRY_ID_MAX
 _EUA: Final = int(ReturnCode.EUA)
 _EFENCED: Final = int(ReturnCode.EFENCED)
 _EREADONLY: Final = int(ReturnCode.EREADONLY)
@@ -362,7 +363,7 @@ class Storage:
         if (
             size < _ENTRY_SIZE_MIN
             or size > _ENTRY_SIZE_MAX
-            or entry_id < 0
+            or not 0 <= entry_id <= _ENTRY_ID_MAX
             or len(master_key) > _MASTER_KEY_SIZE_MAX
             or _KEY.unpack_from(entry) != (ledger_id, entry_id)
         ):

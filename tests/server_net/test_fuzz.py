@@ -112,3 +112,27 @@ def test_bookie_still_answers_after_the_fuzzing(bookie_port: int, tmp_path: Path
     with WireClient("127.0.0.1", bookie_port) as client:
         assert client.add(424242, 0, b"still here").rc == wire.ReturnCode.EOK
         assert client.read(424242, 0).entry == package(424242, 0, b"still here")
+
+
+def test_captured_frames_mutated_with_slow_half_open_and_idle_connections(tmp_path: Path) -> None:
+    """Issue 14: a real Java client's frames, mutated (benchmarks/fuzz_bookie.py; 1,000,000 frames
+    there, figures in benchmarks/RESULTS.md), against a bookie process while slow byte-by-byte
+    senders, half-open requests and hundreds of idle connections hang on: it keeps answering a good
+    client, its memory stays bounded, and it stops cleanly."""
+    from benchmarks.fuzz_bookie import run
+
+    result = run(frames=20_000, idle=300, seed=3, root=tmp_path)
+    assert result["frames"] == 20_000 and result["bookie_alive"], result
+    assert result["probe_failures"] == [] and result["probes"] >= 2, result
+    assert result["rss_mb_max"] - result["rss_mb_start"] < 64, result
+    assert result["bookie_exit_code"] == 0, result
+
+
+def test_an_add_whose_entry_id_no_index_file_can_hold_is_refused(bookie_port: int) -> None:
+    """Found by the fuzzer: an add of entry 2^62 was acknowledged, then every checkpoint failed writing
+    its index page (EFBIG) and the bookie stayed read-only. Now it is a bad request."""
+    with WireClient("127.0.0.1", bookie_port) as client:
+        assert client.add(515151, 2**62, b"far").rc == wire.ReturnCode.EBADREQ
+        assert client.add(515151, limits.ENTRY_ID_MAX + 1, b"far").rc == wire.ReturnCode.EBADREQ
+        assert client.add(515151, 0, b"near").rc == wire.ReturnCode.EOK
+        assert client.read(515151, 0).entry == package(515151, 0, b"near")
