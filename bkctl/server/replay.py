@@ -9,6 +9,11 @@ is exactly what the codec says.
 
 Replay is tolerant of a torn tail: a record cut short, or garbage after the last whole record, ends
 that journal's replay at the last whole record; the file and offset are logged (logger bkctl.bookie).
+Damage in the middle of a journal is told from a torn tail by what follows it: replay looks for the
+next group commit (groups start at 512-byte boundaries in version 5+ journals) whose records parse and
+hold a DATA record with a matching CRC digest; if there is one, the records in between are skipped
+(logged with the offsets) and replay goes on there, so acknowledged entries after a flipped length
+field are not lost. A record the storage rejects (its digest fails, see replay_runs) is skipped alone.
 """
 
 from __future__ import annotations
@@ -22,9 +27,10 @@ from pathlib import Path
 from typing import Final
 
 from bkctl import limits
-from bkctl.errors import BkctlError
+from bkctl.errors import BkctlError, CorruptDataError
 from bkctl.files.chunks import open_read_only
 from bkctl.files.journal import open_journal
+from bkctl.protocol import entry as entry_codec
 from bkctl.protocol import journal_format as jf
 from bkctl.protocol.journal_format import RecordKind
 from bkctl.protocol.scanning import ScanStop, StopStatus
@@ -32,8 +38,9 @@ from bkctl.server.journal import Mark, list_journals
 
 log = logging.getLogger("bkctl.bookie")
 
-# (record kind, record body) -> None; the body is a memoryview valid during the call only.
-ApplyRecord = Callable[[RecordKind, memoryview], None]
+# (record kind, record body) -> None, or why the record was rejected (skipped: replay logs it with its
+# file and offset); the body is a memoryview valid during the call only.
+ApplyRecord = Callable[[RecordKind, memoryview], str | None]
 # (buffer, start, end) -> (where it stopped, DATA records taken): consume whole DATA records from
 # buffer[start:end] and stop before the first one it will not take; the buffer is valid during the call.
 TakeData = Callable[[bytearray, int, int], tuple[int, int]]
@@ -41,6 +48,10 @@ TakeData = Callable[[bytearray, int, int], tuple[int, int]]
 # Bytes read at a time. Bigger than the biggest record, so a record that straddles a chunk's end is
 # always whole after one re-read from its start.
 READ_CHUNK_SIZE: Final = max(8 * 1024 * 1024, 2 * (limits.JOURNAL_RECORD_SIZE_MAX + jf.PADDING_HEADER_SIZE))
+# Where a group commit may start after damage (every journal alignment is a multiple of it).
+RESYNC_ALIGNMENT: Final = jf.DEFAULT_ALIGNMENT
+# Records parsed at a candidate group start before it is given up without a CRC-verified DATA record.
+RESYNC_RECORDS_MAX: Final = 16
 
 
 @dataclass
@@ -54,6 +65,8 @@ class ReplayReport:
     skipped: int = 0  # records of ledgers this bookie does not know (deleted), or unknown kinds
     seconds: float = 0.0
     stops: list[str] = field(default_factory=list)  # where a journal ended early, and why
+    rejected: list[str] = field(default_factory=list)  # records skipped (digest mismatch): file offset why
+    resyncs: list[str] = field(default_factory=list)  # damaged stretches skipped mid-journal
 
     @property
     def mb_per_s(self) -> float:
@@ -76,7 +89,18 @@ def replay(
     report = ReplayReport(mark)
     started = time.perf_counter()
     buffer = bytearray(READ_CHUNK_SIZE)
-    for journal_id, path in list_journals(journal_dir):
+    journals = list_journals(journal_dir)
+    if journals and mark[0] > journals[-1][0]:
+        # A bookie's mark names a journal it still has (journals are removed only below the mark):
+        # this one is damaged or not this directory's. Skipping every journal would lose entries.
+        log.warning(
+            "lastMark names journal %x, newer than every journal in %s: not this bookie's mark; "
+            "replaying every journal whole",
+            mark[0],
+            journal_dir,
+        )
+        mark = (-1, 0)
+    for journal_id, path in journals:
         offset = start_offset(journal_id, path, mark, mark_written_ns)
         if offset is None:
             continue
@@ -138,6 +162,8 @@ def merge_reports(reports: list[ReplayReport]) -> ReplayReport:
         merged.skipped += report.skipped
         merged.seconds += report.seconds
         merged.stops += report.stops
+        merged.rejected += report.rejected
+        merged.resyncs += report.resyncs
     return merged
 
 
@@ -151,15 +177,25 @@ class _JournalScan:
         self.take_data = take_data
         self.records = 0
         self.entries = 0
+        self.report = ReplayReport((-1, 0))
 
     def run(self, offset: int, report: ReplayReport) -> None:
         try:
             version = open_journal(self.path).version
         except BkctlError as exc:
+            if self.path.stat().st_size > jf.data_start(jf.VERSION_MAX):
+                # Records follow a damaged header: replaying nothing would drop acknowledged entries.
+                raise CorruptDataError(
+                    f"{self.path} offset 0: corrupt journal header ({exc}); move the file away to start "
+                    "without its records (the other replicas hold its entries)"
+                ) from None
             report.stops.append(f"{self.path} offset 0: {exc}")
             log.error("journal %s: not replayed: %s", self.path, exc)
             return
+        if version < jf.V_HEADER:
+            _refuse_damaged_magic(self.path)
         start = max(offset, jf.data_start(version))
+        self.report = report
         fd = open_read_only(self.path)
         try:
             stop = self._scan_file(fd, start, version)
@@ -180,10 +216,52 @@ class _JournalScan:
             end = _read_chunk(fd, self.buffer, base)
             at_eof = base + end >= size or end < len(self.buffer)
             stop = self._scan_chunk(base, end, version, at_eof)
-            if stop.status is not StopStatus.NEED_MORE or at_eof or stop.position == base:
+            if stop.status is StopStatus.NEED_MORE and not at_eof and stop.position != base:
+                base = stop.position
+                continue
+            if stop.status is StopStatus.NEED_MORE or stop.position >= size:
                 return stop
-            base = stop.position
+            resume = self._resync(fd, stop, size, version)
+            if resume is None:
+                return stop
+            base = resume
         raise AssertionError("unreachable: the journal scan made no progress")
+
+    def _resync(self, fd: int, stop: ScanStop, size: int, version: int) -> int | None:
+        """After damage at `stop` (not the end of the file): the next group start with verified records,
+        or None (a torn tail: nothing good follows)."""
+        if version < jf.V_PADDING:
+            return None  # no group alignment to find again
+        candidate = -(-(stop.position + 1) // RESYNC_ALIGNMENT) * RESYNC_ALIGNMENT
+        while candidate < size:
+            end = _read_chunk(fd, self.buffer, candidate)
+            at_eof = candidate + end >= size
+            # Candidates in the first half only (unless at the end): a group there is whole in the chunk.
+            last = end if at_eof else end // 2
+            view = memoryview(self.buffer)[:end]
+            try:
+                for offset in range(0, last, RESYNC_ALIGNMENT):
+                    if _verified_group_at(view, offset, candidate, version, at_eof):
+                        self._skipped_stretch(stop, candidate + offset)
+                        return candidate + offset
+            finally:
+                view.release()
+            candidate += last
+        return None
+
+    def _skipped_stretch(self, stop: ScanStop, resume: int) -> None:
+        self.report.resyncs.append(
+            f"{self.path} offsets {stop.position}-{resume}: {stop.reason or 'end mark'}"
+        )
+        log.warning(
+            "journal %s: damaged records at offsets %d-%d skipped (%s); good records follow, replay goes on "
+            "at %d (the other replicas hold the skipped entries)",
+            self.path,
+            stop.position,
+            resume,
+            stop.reason or "an end mark before the end of the file",
+            resume,
+        )
 
     def _scan_chunk(self, base: int, end: int, version: int, at_eof: bool) -> ScanStop:
         """Alternate the fast path and one codec-scanned record until the chunk is used up."""
@@ -200,13 +278,24 @@ class _JournalScan:
             except StopIteration as done:
                 stop: ScanStop = done.value
                 return stop
-            apply(kind, body)
+            rejected = apply(kind, body)
             self.records += 1
-            if kind is RecordKind.DATA:
+            if rejected is not None:
+                self._rejected(offset, rejected)
+            elif kind is RecordKind.DATA:
                 self.entries += 1
             # The record ends after its body; padding records have an 8-byte header, the others 4.
             header = jf.PADDING_HEADER_SIZE if kind is RecordKind.PADDING else 4
             pos = offset - base + header + len(body)
+
+    def _rejected(self, offset: int, reason: str) -> None:
+        self.report.rejected.append(f"{self.path} offset {offset}: {reason}")
+        log.warning(
+            "journal %s: record at offset %d skipped: %s (the other replicas hold it)",
+            self.path,
+            offset,
+            reason,
+        )
 
     def _log_stop(self, stop: ScanStop, report: ReplayReport) -> None:
         what = "torn tail" if stop.truncated else "corrupt record"
@@ -219,6 +308,28 @@ class _JournalScan:
             stop.reason,
             self.records,
         )
+
+
+def _refuse_damaged_magic(path: Path) -> None:
+    """A journal read as version 1 (no "BKLG" magic) whose next 4 bytes are a version with a header:
+    the magic was damaged; replaying it as headerless would stop at its first padding record."""
+    with path.open("rb") as f:
+        head = f.read(8)
+    if len(head) == 8 and jf.V_HEADER <= int.from_bytes(head[4:], "big") <= jf.VERSION_MAX:
+        raise CorruptDataError(
+            f"{path} offset 0: corrupt journal header (magic {head[:4]!r}); move the file away to start "
+            "without its records (the other replicas hold its entries)"
+        )
+
+
+def _verified_group_at(view: memoryview, offset: int, base: int, version: int, at_eof: bool) -> bool:
+    """Do whole records start at view[offset], with a DATA record whose CRC digest matches among the
+    first few (before any malformed one)?"""
+    records = jf.scan_records(view, offset, base, version, at_eof)
+    for _, (_, kind, body) in zip(range(RESYNC_RECORDS_MAX), records, strict=False):
+        if kind is RecordKind.DATA and entry_codec.infer_digest(body) is not None:
+            return True
+    return False
 
 
 def _read_chunk(fd: int, buffer: bytearray, offset: int) -> int:

@@ -8,29 +8,61 @@ Python work is one struct unpack, a few comparisons and one dict store.
 The fast path takes only what the journal codec would yield as DATA (length 16..JOURNAL_RECORD_SIZE_MAX,
 entry id >= 0, the whole record in the buffer), and only for ledgers the bookie already admitted; it
 stops before anything else, which replay then hands to the codec and the storage's record handler.
+
+Digests: the replayed records are the journal's tail (after the last checkpoint), the only copy of
+their entries on this bookie, so each DATA record's digest is checked before it is stored and a record
+whose bytes were flipped is skipped (`add` says why; the other replicas hold the entry). The bookie does
+not know a ledger's digest type: the first record of a ledger fixes it (CRC32C or CRC32, whichever
+matches). A record that matches neither is told from a MAC or DUMMY ledger's (which a bookie cannot
+check: no password) by the ledger's stored entries, else by its next record in the journal; a MAC or
+DUMMY ledger's records are then taken unchecked. The fast path checks CRC32C inline (one call per record
+over the header and one over the payload) and stops before any record that fails, for `add` to reject.
 """
 
 from __future__ import annotations
 
+import logging
 import struct
+from collections.abc import Callable
 from typing import Final
 
+from crc32c import crc32c
+
 from bkctl import limits
+from bkctl.model import DigestType
+from bkctl.protocol import entry as entry_codec
 from bkctl.protocol import entrylog_format as ef
 from bkctl.protocol import journal_format as jf
 from bkctl.server.entrylog import EntryLogWriter
 
+log = logging.getLogger("bkctl.bookie")
+
 _RECORD_HEAD: Final = struct.Struct(">iqq")  # length, ledger id, entry id
 _SIZE_PREFIX: Final = 4
 _RECORD_SIZE_MAX: Final = min(limits.JOURNAL_RECORD_SIZE_MAX, limits.ENTRYLOG_RECORD_SIZE_MAX)
+_CRC32C_VALUE: Final = struct.Struct(">I")
+_HEADER_END: Final = _SIZE_PREFIX + entry_codec.HEADER_SIZE  # record offset of the digest
+_CRC32C_PAYLOAD: Final = _HEADER_END + 4  # record offset of a CRC32C entry's payload
+
+# A ledger's digest check (`mode`): the fast path tests it once per record.
+UNCHECKED: Final = 0  # MAC or DUMMY: a bookie cannot check them
+CRC32C: Final = 1
+OTHER_CRC: Final = 2  # CRC32: checked through the codec
+PENDING: Final = 3  # undecided: its records go through `add` until its next record decides
+_MODES: Final = {DigestType.CRC32C: CRC32C, DigestType.CRC32: OTHER_CRC}
+_DIGESTS: Final = {CRC32C: DigestType.CRC32C, OTHER_CRC: DigestType.CRC32}
+
+# The stored (checkpointed) entry of a ledger its digest type can be inferred from, or None.
+StoredSample = Callable[[int], bytes | None]
 
 
 class _Ledger:
     """One admitted ledger: its replayed slots since the last index write, and bytes not yet counted."""
 
-    __slots__ = ("slots", "unsized")
+    __slots__ = ("mode", "slots", "unsized")
 
-    def __init__(self) -> None:
+    def __init__(self, mode: int) -> None:
+        self.mode = mode
         self.slots: dict[int, int] = {}  # entry id -> index location
         self.unsized = 0  # entry log bytes written but not yet added to the writer's ledgers map
 
@@ -38,18 +70,71 @@ class _Ledger:
 class ReplayRuns:
     """Writes replayed entries to the entry log and keeps their index locations until `drain`."""
 
-    def __init__(self, writer: EntryLogWriter) -> None:
+    def __init__(self, writer: EntryLogWriter, stored_sample: StoredSample | None = None) -> None:
         self._writer = writer
+        self._stored_sample = stored_sample
         self._ledgers: dict[int, _Ledger] = {}
+        self._modes: dict[int, int] = {}  # every ledger's digest check, kept across `drain`
+        self._pending: dict[int, list[int]] = {}  # PENDING ledger -> entries stored unchecked
         self.count = 0  # entries held in the slot maps
 
-    def add(self, ledger_id: int, entry_id: int, stored_entry: memoryview) -> None:
-        """One entry from the codec path; its ledger is admitted to the fast path from now on."""
+    def add(self, ledger_id: int, entry_id: int, stored_entry: memoryview) -> str | None:
+        """One entry from the codec path, stored unless its digest fails (then why, and it is not).
+
+        Its ledger is admitted to the fast path from now on (unless its digest type is undecided).
+        """
+        mode = self._modes.get(ledger_id)
+        if mode is None or mode == PENDING:
+            mode = self._decide(ledger_id, entry_id, stored_entry, mode)
+        elif mode != UNCHECKED and not entry_codec.digest_matches(stored_entry, _DIGESTS[mode]):
+            return f"ledger {ledger_id} entry {entry_id}: {_DIGESTS[mode].name} digest mismatch"
+        if mode < 0:
+            stored = _DIGESTS[-mode].name
+            return f"ledger {ledger_id} entry {entry_id}: matches no digest, its stored entries are {stored}"
         if _SIZE_PREFIX + len(stored_entry) > self._writer.room():
             # `append` rotates first: the full log's ledgers map must count the runs written to it.
             self._count_sizes()
         self._admit(ledger_id).slots[entry_id] = self._writer.append(ledger_id, stored_entry)
         self.count += 1
+        return None
+
+    def _decide(self, ledger_id: int, entry_id: int, stored_entry: memoryview, mode: int | None) -> int:
+        """The ledger's digest check from this record (and its stored entries or its previous record);
+        minus a CRC mode when this record is corrupt under it."""
+        digest = entry_codec.infer_digest(stored_entry)
+        if digest is not None:
+            decided = _MODES[digest]
+            self._modes[ledger_id] = decided
+            self._drop_pending(ledger_id, digest)
+            return decided
+        if mode == PENDING:  # two records in a row match no CRC: a MAC or DUMMY ledger
+            self._modes[ledger_id] = UNCHECKED
+            self._pending.pop(ledger_id, None)
+            return UNCHECKED
+        sample = self._stored_sample(ledger_id) if self._stored_sample is not None else None
+        stored = entry_codec.infer_digest(sample) if sample is not None else None
+        if stored is not None:
+            self._modes[ledger_id] = _MODES[stored]
+            return -_MODES[stored]
+        decided = UNCHECKED if sample is not None else PENDING
+        self._modes[ledger_id] = decided
+        if decided == PENDING:
+            self._pending.setdefault(ledger_id, []).append(entry_id)
+        return decided
+
+    def _drop_pending(self, ledger_id: int, digest: DigestType) -> None:
+        """A ledger's earlier records that matched no digest were corrupt: unindex them."""
+        ledger = self._ledgers.get(ledger_id)
+        for entry_id in self._pending.pop(ledger_id, []):
+            if ledger is not None and ledger.slots.pop(entry_id, None) is not None:
+                self.count -= 1
+                log.warning(
+                    "journal replay: ledger %d entry %d skipped: matches no digest, the ledger's next "
+                    "record is %s",
+                    ledger_id,
+                    entry_id,
+                    digest.name,
+                )
 
     def take(self, buffer: bytearray, pos: int, end: int) -> tuple[int, int]:
         """Copy whole DATA records of admitted ledgers from buffer[pos:end]; (where it stopped, count)."""
@@ -79,10 +164,12 @@ class ReplayRuns:
         writer = self._writer
         location_base = (writer.log_id << 32) + writer.position + _SIZE_PREFIX - pos
         unpack = _RECORD_HEAD.unpack_from
+        unpack_crc = _CRC32C_VALUE.unpack_from
         ledger_of = self._ledgers.get
         limit = min(end, room_end)
         last_head = end - _RECORD_HEAD.size
         count = 0
+        view = memoryview(buffer)
         while pos <= last_head:
             size, ledger_id, entry_id = unpack(buffer, pos)
             after = pos + _SIZE_PREFIX + size
@@ -91,10 +178,26 @@ class ReplayRuns:
             ledger = ledger_of(ledger_id)
             if ledger is None:
                 break
+            mode = ledger.mode
+            if mode == CRC32C:
+                if (
+                    after < pos + _CRC32C_PAYLOAD
+                    or crc32c(
+                        view[pos + _CRC32C_PAYLOAD : after],
+                        crc32c(view[pos + _SIZE_PREFIX : pos + _HEADER_END]),
+                    )
+                    != unpack_crc(buffer, pos + _HEADER_END)[0]
+                ):
+                    break  # `add` rejects it
+            elif mode != UNCHECKED and (
+                mode == PENDING or not _crc32_matches(view[pos + _SIZE_PREFIX : after])
+            ):
+                break
             ledger.slots[entry_id] = location_base + pos
             ledger.unsized += after - pos
             pos = after
             count += 1
+        view.release()
         self.count += count
         return pos, count
 
@@ -128,7 +231,9 @@ class ReplayRuns:
     def _admit(self, ledger_id: int) -> _Ledger:
         ledger = self._ledgers.get(ledger_id)
         if ledger is None:
-            ledger = self._ledgers[ledger_id] = _Ledger()
+            ledger = self._ledgers[ledger_id] = _Ledger(self._modes.get(ledger_id, PENDING))
+        else:
+            ledger.mode = self._modes.get(ledger_id, PENDING)
         return ledger
 
     def _count_sizes(self) -> None:
@@ -137,3 +242,7 @@ class ReplayRuns:
             if ledger.unsized:
                 sizes[ledger_id], ledger.unsized = ledger.unsized, 0
         self._writer.count_ledger_bytes(sizes)
+
+
+def _crc32_matches(stored_entry: memoryview) -> bool:
+    return entry_codec.digest_matches(stored_entry, DigestType.CRC32)

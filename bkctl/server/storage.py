@@ -29,9 +29,11 @@ from twisted.python.failure import Failure
 
 from bkctl import limits
 from bkctl.errors import CorruptDataError, ProtocolError, UsageError
+from bkctl.files.digests import DigestChecker
 from bkctl.files.index import index_entries, open_index
 from bkctl.files.marks import LAST_MARK_NAME, read_last_mark
 from bkctl.protocol import entry_availability
+from bkctl.protocol import entrylog_format as ef
 from bkctl.protocol import index_format as ixf
 from bkctl.protocol import journal_format as jf
 from bkctl.protocol.journal_format import RecordKind
@@ -209,7 +211,9 @@ class Storage:
         self._refresh_refusal()
         self.last_marks_written: tuple[Mark, ...] = ((-1, 0),) * len(self._journals)
         self._replay_skipped = 0
-        self._replay_runs = ReplayRuns(self._writer)
+        self._replay_runs = ReplayRuns(self._writer, self._stored_sample)
+        self._read_digests = DigestChecker()  # each ledger's digest type, inferred from its stored entries
+        self._unverifiable: set[int] = set()  # ledgers whose entries match no CRC: MAC or DUMMY
         self._checkpoint_base_bytes = max(1, int(config.write_cache_max_bytes * CHECKPOINT_AT_FRACTION))
         self._checkpoint_at_bytes = self._next_checkpoint_at()
 
@@ -284,18 +288,20 @@ class Storage:
             self._write_replay_slots()
         return taken
 
-    def _replay_record(self, kind: RecordKind, body: memoryview) -> None:
-        """Every record the fast path does not take (its ledger's first DATA record, special records)."""
+    def _replay_record(self, kind: RecordKind, body: memoryview) -> str | None:
+        """Every record the fast path does not take (its ledger's first DATA record, special records, a
+        DATA record whose digest failed there); returns why a record was rejected (replay logs it)."""
         if kind is RecordKind.DATA:
             ledger_id, entry_id = _KEY.unpack_from(body)
             info = self._ledgers.get(ledger_id) or self._ledger_or_none(ledger_id)
             if info is None:
                 self._replay_skipped += 1
-                return
+                return None
             # Straight to the entry log in journal order: no copy into the write cache, no sort.
-            self._replay_runs.add(ledger_id, entry_id, body)
+            rejected = self._replay_runs.add(ledger_id, entry_id, body)
             if self._replay_runs.count >= REPLAY_SLOTS_MAX:
                 self._write_replay_slots()
+            return rejected
         elif kind is RecordKind.MASTER_KEY:
             ledger_id, key = jf.decode_master_key(body)
             info = self._ledger_or_none(ledger_id)
@@ -307,6 +313,16 @@ class Storage:
             self._replay_ledger_state(kind, body)
         elif kind is RecordKind.UNKNOWN:
             self._replay_skipped += 1
+        return None
+
+    def _stored_sample(self, ledger_id: int) -> bytes | None:
+        """The ledger's last checkpointed entry (its digest type tells a corrupt journal record from a
+        MAC or DUMMY one), or None."""
+        info = self._ledgers.get(ledger_id)
+        if info is None or info.last_entry_id < 0:
+            return None
+        rc, data = self._read_stored(ledger_id, info.last_entry_id, verify=False)
+        return data if rc == _EOK else None
 
     def _write_replay_slots(self) -> None:
         """Index the entries replayed so far (their entry log bytes are fsynced before lastMark moves)."""
@@ -509,13 +525,20 @@ class Storage:
             return _EOK, data
         return self._read_stored(ledger_id, entry_id)
 
-    def _read_stored(self, ledger_id: int, entry_id: int) -> tuple[int, bytes]:
+    def _read_stored(self, ledger_id: int, entry_id: int, verify: bool = True) -> tuple[int, bytes]:
         path, slot_offset = None, 0
         try:
             location, path, slot_offset = self._index.location(ledger_id, entry_id)
             if not location:
                 return self.metrics.error(_ENOENTRY), b""
-            return _EOK, self._reader.read(location, ledger_id, entry_id)
+            data = self._reader.read(location, ledger_id, entry_id)
+            if verify and not self._digest_ok(ledger_id, entry_id, data):
+                log_id, offset = ef.split_location(location)
+                raise CorruptDataError(
+                    f"entry log {ef.log_file_name(log_id)} offset {offset}: digest mismatch "
+                    f"({self._read_digests.by_ledger[ledger_id].name} ledger)"
+                )
+            return _EOK, data
         except (CorruptDataError, ProtocolError, OSError) as exc:
             log.error(
                 "read ledger %d entry %d: index %s slot at offset %d: %s",
@@ -526,6 +549,29 @@ class Storage:
                 exc,
             )
             return self.metrics.error(_EIO), b""
+
+    def _digest_ok(self, ledger_id: int, entry_id: int, data: bytes) -> bool:
+        """Does a stored entry's digest verify? A disk's flipped bits are an EIO, never wrong bytes.
+
+        The ledger's digest type is inferred (CRC32C or CRC32, as the journal tail replay does). An
+        entry matching neither belongs to a MAC or DUMMY ledger (a bookie cannot check those: no
+        password) unless another stored entry of its ledger matches a CRC: then it is corrupt.
+        """
+        _, matches = self._read_digests.check(ledger_id, data)
+        if matches is not None:
+            return matches
+        if ledger_id in self._unverifiable:
+            return True
+        for other in (entry_id - 1, entry_id + 1):
+            rc, neighbour = (
+                self._read_stored(ledger_id, other, verify=False) if other >= 0 else (_ENOENTRY, b"")
+            )
+            if rc == _EOK:
+                if self._read_digests.check(ledger_id, neighbour)[0] is not None:
+                    return False
+                self._unverifiable.add(ledger_id)
+                return True
+        return True  # no neighbour stored: nothing to tell a corrupt entry from a MAC one
 
     # --- what the bookie holds (GET_LIST_OF_ENTRIES_OF_LEDGER) -----------------------------------
 

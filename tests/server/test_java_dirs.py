@@ -12,6 +12,8 @@ from bkctl.files.entrylog import entry_log_records, open_entry_log
 from bkctl.files.index import index_entries, open_index
 from bkctl.files.journal import journal_records, open_journal
 from bkctl.files.marks import find_last_marks, read_last_mark
+from bkctl.model import DigestType
+from bkctl.protocol import entry as entry_codec
 from bkctl.protocol.entrylog_format import RecordKind, record_key
 from bkctl.protocol.wire import ReturnCode as RC
 from bkctl.server.storage import Storage, StorageConfig
@@ -62,6 +64,11 @@ def assert_files_read_cleanly(bookie: Path) -> None:
         read_last_mark(path)
 
 
+def crc32_packaged(ledger_id: int, entry_id: int) -> bytes:
+    """An entry like `packaged`, with the CRC32 digest of the Java cluster's ledgers."""
+    return entry_codec.package_entry(DigestType.CRC32, ledger_id, entry_id, entry_id - 1, 0, b"from bkctl")
+
+
 @twisted_test
 async def test_serves_java_entries_byte_for_byte_and_keeps_files_readable(tmp_path: Path) -> None:
     bookie = copy_bookie(tmp_path)
@@ -79,7 +86,8 @@ async def test_serves_java_entries_byte_for_byte_and_keeps_files_readable(tmp_pa
     assert storage.read(2, 2) == (RC.ENOENTRY, b"")  # entry 2 of ledger 2 was striped to other bookies
     assert storage.is_fenced(2) and not storage.is_fenced(0) and not storage.is_fenced(1)
     assert storage.add(2, 100, KEY, packaged(2, 100), False, None) == RC.EFENCED
-    assert storage.add(1, 50, KEY, packaged(1, 50), False, "l1") == RC.EOK  # appends to a Java index
+    # Appends to a Java index, with the ledger's digest type (reads verify it against the Java entries).
+    assert storage.add(1, 50, KEY, crc32_packaged(1, 50), False, "l1") == RC.EOK
     for entry_id in range(10):
         assert storage.add(100, entry_id, KEY, packaged(100, entry_id), False, entry_id) == RC.EOK
     await wait_until(lambda: 9 in durable.tokens and "l1" in durable.tokens)
@@ -90,7 +98,7 @@ async def test_serves_java_entries_byte_for_byte_and_keeps_files_readable(tmp_pa
     again.start()
     for (ledger_id, entry_id), data in records.items():
         assert again.read(ledger_id, entry_id) == (RC.EOK, data)
-    assert again.read(1, 50) == (RC.EOK, packaged(1, 50))
+    assert again.read(1, 50) == (RC.EOK, crc32_packaged(1, 50))
     assert all(again.read(100, e) == (RC.EOK, packaged(100, e)) for e in range(10))
     assert again.is_fenced(2)
     await again.stop()
