@@ -200,8 +200,15 @@ class UnderreplicationLayout(LayoutBase):
         return stat.version
 
     def release_lock(self, ledger_id: int) -> None:
-        with contextlib.suppress(NotFoundError):
-            self.store.delete(self.lock_path(ledger_id))
+        """Delete the lock if this session holds it. A worker whose session expired mid-copy lost its
+        lock with it; the lock there now is another worker's (or its own, taken again), and dropping
+        another's would let a third worker copy the same ledger at the same time."""
+        path = self.lock_path(ledger_id)
+        stat = self.store.exists(path)
+        if stat is None or stat.ephemeral_owner != self.store.session_id:
+            return
+        with contextlib.suppress(NotFoundError, BadVersionError):
+            self.store.delete(path, stat.version)
 
     def lock_holder(self, ledger_id: int) -> str | None:
         data = self._data_or_none(self.lock_path(ledger_id))

@@ -386,6 +386,18 @@ def test_lock_vanishes_with_the_worker_session(store_target: StoreTarget) -> Non
     assert layout.lock_holder(5) is None
 
 
+def test_a_lock_is_released_only_by_the_session_holding_it(store_target: StoreTarget) -> None:
+    """A worker whose session expired mid-copy must not drop the lock another worker took since."""
+    store, worker = store_target.open(), store_target.open()
+    layout = Layout(store)
+    layout.mark_underreplicated(5, [B3])
+    assert Layout(worker).lock_underreplicated(5, "w2") == 0
+    layout.release_lock(5)  # not this session's lock
+    assert not layout.mark_replicated(5, 1)  # a stale version: the mark stays, and so does the lock
+    assert layout.lock_holder(5) == "w2"
+    assert Layout(worker).mark_replicated(5, 0) and layout.lock_holder(5) is None
+
+
 def test_malformed_marks_are_reported_and_skipped(store: MetadataStore) -> None:
     layout = Layout(store)
     layout.mark_underreplicated(1, [B3])
