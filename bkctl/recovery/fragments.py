@@ -2,7 +2,10 @@
 
 Entry e of a segment is stored on the write set `ensemble[(e + i) % E]`, i < Qw, so the bookie at
 ensemble index k holds the entries e of the segment's range with (k - e) mod E < Qw. A closed ledger's
-last segment ends at its last entry; an open one's at the last entry the caller knows is confirmed.
+last segment ends at its last entry; an open one's at the last entry the caller knows is confirmed. An
+open ledger's earlier segments are whole up to the next one's first entry, as Java's LedgerChecker
+takes them: a writer starts a segment at its last add confirmed + 1, so everything before was
+acknowledged, even when the entries that bookies hold still piggyback an older confirmed id.
 Pure: metadata in, fragments out.
 """
 
@@ -11,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from bkctl.model import LedgerMetadata
+from bkctl.model import LedgerMetadata, LedgerState
 
 
 @dataclass(frozen=True)
@@ -50,18 +53,22 @@ class Fragment:
 
 def fragments(ledger_id: int, metadata: LedgerMetadata, last_entry_id: int) -> list[Fragment]:
     """Every fragment of the ledger up to `last_entry_id` (the closed ledger's last entry, or what is
-    confirmed of an open one), one per segment and ensemble position."""
+    confirmed of an open one: its last segment's end), one per segment and ensemble position."""
     found = []
     count = len(metadata.segments)
+    closed = metadata.state is LedgerState.CLOSED
     for number, segment in enumerate(metadata.segments):
-        end = metadata.segments[number + 1].first_entry_id - 1 if number + 1 < count else last_entry_id
+        sealed = number + 1 < count
+        end = metadata.segments[number + 1].first_entry_id - 1 if sealed else last_entry_id
+        if closed or not sealed:
+            end = min(end, last_entry_id)
         for index, bookie in enumerate(segment.ensemble):
             found.append(
                 Fragment(
                     ledger_id,
                     number,
                     segment.first_entry_id,
-                    min(end, last_entry_id),
+                    end,
                     index,
                     bookie,
                     metadata.ensemble_size,

@@ -5,7 +5,9 @@ A mark names the bookies the auditor found lost. Those that are registered again
 goes). For the others the ledger's fragments are copied and swapped as `bkctl recover` does, to this
 daemon's bookie when it runs beside one (as Java's worker does) or wherever placement says. An open
 ledger whose last ensemble lost a bookie is left to its writer: the worker fences it after its grace
-period and asks again.
+period and asks again. A bookie of the mark that is alive is checked entry by entry; where it lacks
+entries they are repaired (`live`: sealed fragments move, an open tail is copied back in place) and
+the writer is never fenced for it.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from twisted.internet.defer import Deferred
 
 from bkctl.errors import NotFoundError
 from bkctl.recovery.bookie_recovery import BookieRecovery, RecoveryOptions, admin_open
-from bkctl.recovery.ledger_sweep import bad_bookies_of
+from bkctl.recovery.checker import check_ledger
 from bkctl.recovery.replicator import format_ranges
 from bkctl.recovery.worker import RepairOutcome
 
@@ -46,15 +48,22 @@ class LedgerRepairer:
         readonly = await self.client.in_thread(lambda: layout.bookies(readonly=True))
         lost = [b for b in missing if b not in writable and b not in readonly]
         alive = [b for b in missing if b not in lost]
-        if alive:  # marked by a check (a wiped disk), or back since the audit: ask the bookies
-            bad = await bad_bookies_of(self.client, ledger_id)
-            lost += [b for b in alive if b in bad]
+        live: frozenset[tuple[str, int]] = frozenset()
+        if alive:
+            # Marked by a check (a wiped disk), by a writer (a copy an acknowledged add missed: maybe
+            # one entry mid-fragment, hence every entry checked), or back since the audit: ask them.
+            check = await check_ledger(self.client, ledger_id, full=True)
+            bad = [s.fragment for s in check.states if not s.ok and s.fragment.bookie in alive]
+            lost += sorted({f.bookie for f in bad})
+            live = frozenset((f.bookie, f.segment) for f in bad)  # repaired where they lack entries
         if not lost:
             return RepairOutcome(replicated=True, detail="every bookie of the mark is back with its data")
         # Copies go to our own bookie when it can take them (as Java's worker does), else placement
         # chooses: a daemon beside a read-only or stopped bookie, or alone, still repairs.
         target = self.local_bookie if self.local_bookie in writable else None
-        options = RecoveryOptions(tuple(lost), target, ledger=ledger_id, parallel=1, skip_open=True)
+        options = RecoveryOptions(
+            tuple(lost), target, ledger=ledger_id, parallel=1, skip_open=True, live=live
+        )
         report = await BookieRecovery(self.client, options).run()
         outcome = RepairOutcome(
             replicated=True, entries_copied=report.copied.entries, bytes_copied=report.copied.bytes

@@ -239,3 +239,37 @@ async def test_disabled_then_enabled_on_real_bookies(tmp_path: Path, zk_chroot: 
     finally:
         await bounded(daemon.stop())
         await cluster.stop()
+
+
+@twisted_test
+async def test_copies_missed_by_acknowledged_adds_are_healed_without_fencing_the_writer(
+    tmp_path: Path,
+) -> None:
+    """Found by the chaos checker (issue 14): with Qa < Qw, entries acknowledged by Qa bookies were left
+    short of the copy the last one never took. The writer now changes its ensemble and marks the ledger
+    naming that bookie; the worker checks every entry, moves the sealed fragment off it, and the writer,
+    never fenced, goes on and closes."""
+    cluster = await Cluster(tmp_path).start(4)
+    assert cluster.store is not None and cluster.layout is not None
+    layout = cluster.layout
+    daemon = autorecovery_daemon(Layout(cluster.store), reactor, "ar-1", worker_config=FAST)
+    try:
+        hung = await cluster.silent_bookie()  # registered, connects, never answers
+        client = cluster.client(seed=4, request_timeout_ms=300)
+        ensemble = [*(str(b.bookie_id) for b in cluster.bookies[:2]), hung]
+        writer = await bounded(client.create_ledger(3, 3, 2, password=PW, ensemble=ensemble))
+        assert await bounded(writer.add_many(payloads(20))) == list(range(20))  # by the other two
+        await until(lambda: hung not in writer.ensemble, "the writer's ensemble change")
+        await bounded(daemon.start())
+
+        def healed() -> bool:
+            segments = layout.read_ledger(writer.ledger_id).value.segments
+            return not list(layout.underreplicated_ids()) and all(hung not in s.ensemble for s in segments)
+
+        await until(healed, "the missed copies made elsewhere and the mark gone", timeout_s=60)
+        assert await bounded(writer.add_many(payloads(5))) == list(range(20, 25))  # never fenced
+        await bounded(writer.close())
+        await assert_fully_replicated(cluster, writer.ledger_id, {hung})
+    finally:
+        await bounded(daemon.stop())
+        await cluster.stop()
