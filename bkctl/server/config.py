@@ -64,6 +64,17 @@ class BookieConfig:
     zk_retry_backoff_start_ms: int = limits.METADATA_RETRY_BACKOFF_START_MS
     zk_retry_backoff_max_ms: int = limits.METADATA_RETRY_BACKOFF_MAX_MS
     metadata_retry_deadline_ms: int | None = None  # None: BKCTL_METADATA_TIMEOUT_MS, else the default
+    # Garbage collection and compaction (server/gc.py; Java's defaults unless said otherwise).
+    gc_wait_ms: int = 600_000  # 0: no periodic run (bkctl)
+    minor_compaction_threshold: float = 0.2
+    minor_compaction_interval_s: int = 3600
+    major_compaction_threshold: float = 0.8
+    major_compaction_interval_s: int = 86_400
+    compaction_rate_by_entries: int = 100_000  # Java: 1000; 0 = unthrottled
+    compaction_rate_by_bytes: int = 1_000_000
+    throttle_by_bytes: bool = False
+    verify_metadata_on_gc: bool = True  # Java: false
+    force_gc_when_full: bool = True  # isForceGCAllowWhenNoSpace; Java: false
 
     @property
     def effective_index_dirs(self) -> tuple[Path, ...]:
@@ -304,6 +315,17 @@ KEYS: Final[Mapping[str, Setter]] = {
     "metadataRetryDeadlineMs": _field(
         "metadata_retry_deadline_ms", lambda k, v: _int(k, v, 0, limits.METADATA_RETRY_DEADLINE_MS_MAX)
     ),
+    "gcWaitTime": _field("gc_wait_ms", lambda k, v: _int(k, v, 0, 1 << 40)),
+    "minorCompactionThreshold": _field("minor_compaction_threshold", lambda k, v: _float(k, v, -1.0, 1.0)),
+    "minorCompactionInterval": _field("minor_compaction_interval_s", lambda k, v: _int(k, v, -1, 1 << 32)),
+    "majorCompactionThreshold": _field("major_compaction_threshold", lambda k, v: _float(k, v, -1.0, 1.0)),
+    "majorCompactionInterval": _field("major_compaction_interval_s", lambda k, v: _int(k, v, -1, 1 << 32)),
+    "compactionRate": _field("compaction_rate_by_entries", lambda k, v: _int(k, v, 0, 1 << 31)),
+    "compactionRateByEntries": _field("compaction_rate_by_entries", lambda k, v: _int(k, v, 0, 1 << 31)),
+    "compactionRateByBytes": _field("compaction_rate_by_bytes", lambda k, v: _int(k, v, 0, 1 << 40)),
+    "isThrottleByBytes": _field("throttle_by_bytes", _bool),
+    "verifyMetadataOnGC": _field("verify_metadata_on_gc", _bool),
+    "isForceGCAllowWhenNoSpace": _field("force_gc_when_full", _bool),
     "maxPendingAddsPerConnection": _field(
         "pending_adds_per_connection_max", lambda k, v: _int(k, v, 1, 1_000_000)
     ),

@@ -1,4 +1,6 @@
-"""The bookie's admin HTTP endpoint (twisted.web): /heartbeat, /api/v1/bookie/info, /metrics.
+"""The bookie's admin HTTP endpoint (twisted.web): /heartbeat, /api/v1/bookie/info, /metrics, and Java's
+garbage collection endpoints /api/v1/bookie/gc (PUT triggers, GET says whether one runs) and
+/api/v1/bookie/gc_details.
 
 /metrics is Prometheus text format 0.0.4. Everything is read from plain counters on the reactor
 thread (StorageMetrics, NetworkMetrics), so a scrape costs the bookie a few microseconds.
@@ -10,9 +12,12 @@ import json
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
+from twisted.python.failure import Failure
 from twisted.web.resource import Resource
+from twisted.web.server import NOT_DONE_YET
 
 from bkctl.protocol.wire import rc_name
+from bkctl.server.gc import GarbageCollector
 from bkctl.server.metrics import FSYNC_BUCKETS_MS
 from bkctl.server.protocol import NetworkMetrics
 from bkctl.server.storage import Storage
@@ -26,6 +31,7 @@ class BookieView(Protocol):
     bookie_id: str
     state: str
     storage: Storage | None
+    gc: GarbageCollector | None
     # More metrics from what runs in the same process (the autorecovery daemon of `--autorecovery`).
     extra_metrics: list[Callable[[], Iterator[str]]]
 
@@ -62,6 +68,60 @@ class Metrics(_Leaf):
         return "".join([*prometheus_lines(self.bookie), *extra]).encode()
 
 
+def _json(request: Any, value: object, code: int = 200) -> bytes:
+    request.setResponseCode(code)
+    request.setHeader(b"content-type", b"application/json")
+    return json.dumps(value, indent=2, sort_keys=True).encode() + b"\n"
+
+
+class Gc(_Leaf):
+    """PUT triggers a run (body `{"forceMajor": true}` / `{"forceMinor": true}`, as Java's); with
+    `?wait=true` (bkctl) the answer is the run's report once it is done. GET: `{"is_in_force_gc": ...}`."""
+
+    def render_GET(self, request: Any) -> bytes:
+        gc = self.bookie.gc
+        if gc is None:
+            return _json(request, {"error": "the bookie is not serving yet"}, 503)
+        return _json(request, {"is_in_force_gc": str(gc.running and gc.forced).lower()})
+
+    def render_PUT(self, request: Any) -> Any:
+        gc = self.bookie.gc
+        if gc is None:
+            return _json(request, {"error": "the bookie is not serving yet"}, 503)
+        try:
+            body = request.content.read() or b"{}"
+            options = json.loads(body)
+            if not isinstance(options, dict):
+                raise ValueError("the body must be a JSON object")
+        except ValueError as exc:
+            return _json(request, {"error": f"bad request body: {exc}"}, 400)
+        major, minor = bool(options.get("forceMajor")), bool(options.get("forceMinor"))
+        run = gc.trigger(force_major=major, force_minor=minor)
+        if request.args.get(b"wait", [b"false"])[0].lower() not in (b"true", b"1"):
+            run.addErrback(lambda failure: None)  # logged by the collector
+            return _json(request, f"Triggered GC on BookieServer: {self.bookie.bookie_id}")
+
+        def answer(result: object) -> None:
+            if isinstance(result, Failure):
+                request.write(_json(request, {"error": result.getErrorMessage()}, 500))
+            else:
+                request.write(_json(request, result))
+            request.finish()
+
+        run.addBoth(answer)
+        return NOT_DONE_YET
+
+
+class GcDetails(_Leaf):
+    """Java's list of GarbageCollectionStatus (one ledger storage), with bkctl's fields added."""
+
+    def render_GET(self, request: Any) -> bytes:
+        gc = self.bookie.gc
+        if gc is None:
+            return _json(request, {"error": "the bookie is not serving yet"}, 503)
+        return _json(request, [gc.details()])
+
+
 def admin_resource(bookie: BookieView) -> Any:
     """The resource tree; typed Any because twisted.web's zope interfaces do not type-check."""
     new_resource: Any = Resource
@@ -72,6 +132,8 @@ def admin_resource(bookie: BookieView) -> Any:
     api.putChild(b"v1", v1)
     v1.putChild(b"bookie", bookie_node)
     bookie_node.putChild(b"info", Info(bookie))
+    bookie_node.putChild(b"gc", Gc(bookie))
+    bookie_node.putChild(b"gc_details", GcDetails(bookie))
     return root
 
 
@@ -113,6 +175,45 @@ def prometheus_lines(bookie: BookieView) -> Iterator[str]:
     storage = bookie.storage
     if storage is not None:
         yield from _storage_lines(storage)
+    if bookie.gc is not None:
+        yield from _gc_lines(bookie.gc)
+
+
+# name, kind, help, GcMetrics attribute
+_GC_METRICS = (
+    ("bookie_gc_runs_total", "counter", "Garbage collection runs.", "runs"),
+    (
+        "bookie_gc_ledgers_deleted_total",
+        "counter",
+        "Ledgers deleted (not in metadata).",
+        "ledgers_deleted",
+    ),
+    (
+        "bookie_gc_entry_logs_removed_total",
+        "counter",
+        "Entry logs removed (no live entry).",
+        "logs_removed",
+    ),
+    ("bookie_gc_entry_logs_compacted_total", "counter", "Entry logs compacted.", "logs_compacted"),
+    ("bookie_gc_entries_moved_total", "counter", "Live entries copied by compaction.", "entries_moved"),
+    (
+        "bookie_gc_bytes_reclaimed_total",
+        "counter",
+        "Disk bytes freed by GC.",
+        "bytes_reclaimed",
+    ),
+    ("bookie_gc_seconds_total", "counter", "Time spent in GC runs.", "seconds_total"),
+    ("bookie_gc_last_run_seconds", "gauge", "Duration of the last GC run.", "last_seconds"),
+)
+
+
+def _gc_lines(gc: GarbageCollector) -> Iterator[str]:
+    for name, kind, help_text, attribute in _GC_METRICS:
+        yield from metric(name, kind, help_text, getattr(gc.metrics, attribute))
+    name = "bookie_gc_live_fraction"
+    yield f"# HELP {name} Live share of the entry logs per ledger dir (last run).\n# TYPE {name} gauge\n"
+    for directory, fraction in sorted(gc.metrics.live_fraction.items()):
+        yield f'{name}{{dir="{_label(directory)}"}} {_number(fraction)}\n'
 
 
 def _storage_lines(storage: Storage) -> Iterator[str]:

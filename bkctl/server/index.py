@@ -195,6 +195,69 @@ class IndexStore:
                 write_all(fd, [page], ixf.HEADER_SIZE + page_no * ixf.PAGE_SIZE)
                 self._remember((ledger_id, page_no), page)
 
+    def relocate(self, ledger_id: int, moves: list[tuple[int, int, int]]) -> int:
+        """Compaction: each (entry id, old location, new location) whose slot still holds the old one
+        takes the new one; fsynced. A ledger deleted meanwhile (no file) is skipped, never re-created.
+        Returns the slots changed."""
+        path = self.find(ledger_id)
+        if path is None or not moves:
+            return 0
+        try:
+            fd = os.open(path, os.O_RDWR | _CLOEXEC)
+        except FileNotFoundError:
+            return 0
+        changed = 0
+        try:
+            by_page: dict[int, list[tuple[int, int, int]]] = {}
+            for move in moves:
+                by_page.setdefault(move[0] // ixf.SLOTS_PER_PAGE, []).append(move)
+            for page_no, page_moves in sorted(by_page.items()):
+                with self._lock:
+                    values = list(_PAGE.unpack(self._page(ledger_id, page_no, path, fd)))
+                    count = 0
+                    for entry_id, old, new in page_moves:
+                        slot = entry_id % ixf.SLOTS_PER_PAGE
+                        if values[slot] == old:  # else rewritten since the scan: the newer slot stays
+                            values[slot] = new
+                            count += 1
+                    if count:
+                        page = _PAGE.pack(*values)
+                        write_all(fd, [page], ixf.HEADER_SIZE + page_no * ixf.PAGE_SIZE)
+                        self._remember((ledger_id, page_no), page)
+                        changed += count
+            if changed:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        return changed
+
+    def delete(self, ledger_id: int) -> Path | None:
+        """Remove a ledger's index file and forget its pages (garbage collection); the removed path."""
+        path = self.find(ledger_id)
+        with self._lock:  # a page read under the lock either finds the file gone or is dropped here
+            self._paths.pop(ledger_id, None)
+            try:
+                if path is not None:
+                    path.unlink()
+            except FileNotFoundError:
+                path = None
+            for key in [k for k in self._pages if k[0] == ledger_id]:
+                del self._pages[key]
+        return path
+
+    def ledger_ids(self) -> set[int]:
+        """Every ledger with an index file in the index dirs (a directory walk: call off the reactor)."""
+        found: set[int] = set()
+        for directory in self._dirs:
+            if not directory.is_dir():
+                continue
+            for path in directory.glob(f"*/*/*{ixf.INDEX_SUFFIX}"):
+                try:
+                    found.add(int(path.name[: -len(ixf.INDEX_SUFFIX)], 16))
+                except ValueError:
+                    continue
+        return found
+
     def forget_pages(self) -> None:
         with self._lock:
             self._pages.clear()

@@ -30,6 +30,7 @@ from bkctl.protocol import metadata_format as mf
 from bkctl.server import cookies
 from bkctl.server.config import BookieConfig
 from bkctl.server.dirlock import DirectoryLocks, holder_text, lock_directories
+from bkctl.server.gc import GarbageCollector, GcSettings
 from bkctl.server.protocol import BookieFactory, NetworkMetrics, deliver_durable, deliver_lost
 from bkctl.server.storage import ReplayReport, Storage, StorageConfig
 
@@ -69,6 +70,21 @@ def storage_config(config: BookieConfig) -> StorageConfig:
     )
 
 
+def gc_settings(config: BookieConfig) -> GcSettings:
+    return GcSettings(
+        wait_ms=config.gc_wait_ms,
+        minor_threshold=config.minor_compaction_threshold,
+        minor_interval_s=config.minor_compaction_interval_s,
+        major_threshold=config.major_compaction_threshold,
+        major_interval_s=config.major_compaction_interval_s,
+        rate_entries=config.compaction_rate_by_entries,
+        rate_bytes=config.compaction_rate_by_bytes,
+        throttle_by_bytes=config.throttle_by_bytes,
+        verify_metadata=config.verify_metadata_on_gc,
+        force_when_full=config.force_gc_when_full,
+    )
+
+
 def retry_policy(config: BookieConfig) -> RetryPolicy:
     """The bookie's ride through metadata outages: its keys, else the environment's deadline."""
     deadline = config.metadata_retry_deadline_ms
@@ -101,6 +117,7 @@ class BookieService:
         )
         self._storage_config = storage_config(config)  # validate before anything starts
         self.storage: Storage | None = None
+        self.gc: GarbageCollector | None = None
         self.factory = BookieFactory(
             _NotReady(), config.frame_size_max, config.pending_adds_per_connection_max, config.tcp_no_delay
         )
@@ -152,6 +169,10 @@ class BookieService:
             self._start_http()  # before registering: the service info names its port
         yield self._register_at_start()
         self._session_sub = self.store.on_session_lost(self._session_lost_from_thread)
+        self.gc = GarbageCollector(
+            self.storage, self.layout, gc_settings(self.config), self._reactor, self._gc_done
+        )
+        self.gc.start()
         self._watcher = task.LoopingCall(self._check_read_only)
         self._watcher.clock = self._reactor
         self._watcher.start(self.config.disk_check_interval_ms / 1000.0, now=False).addErrback(
@@ -263,6 +284,11 @@ class BookieService:
             return None
         return self._register().addErrback(self._log_failure, "registration")
 
+    def _gc_done(self) -> None:
+        """A GC run may have freed enough space to be writable again: check now, not at the next tick."""
+        if self._stopping is None:
+            self._check_read_only()
+
     def set_read_only(self, read_only: bool) -> Deferred[Any] | None:
         """Turn the bookie read-only (or back) now, and move its registration."""
         assert self.storage is not None
@@ -282,6 +308,8 @@ class BookieService:
             self._watcher.stop()
         if self._session_sub is not None:
             self._session_sub.cancel()
+        if self.gc is not None:
+            self.gc.stop()
         await self._quietly("unregister", self._unregister())
         self.factory.ready = False
         for listener in (self._listener, self._http_listener):

@@ -38,7 +38,8 @@ from bkctl.protocol import index_format as ixf
 from bkctl.protocol import journal_format as jf
 from bkctl.protocol.journal_format import RecordKind
 from bkctl.protocol.wire import ReturnCode
-from bkctl.server.entrylog import EntryLogReader, EntryLogWriter, last_log_id
+from bkctl.server.entrylog import EntryLogReader, EntryLogWriter, existing_log_ids, last_log_id
+from bkctl.server.faults import fault_point
 from bkctl.server.index import IndexStore
 from bkctl.server.journal import JournalSettings, JournalWriter, Mark, list_journals, remove_old_journals
 from bkctl.server.metrics import StorageMetrics
@@ -78,7 +79,10 @@ CHECKPOINT_AT_FRACTION: Final = 1 / 16
 # 12-17 ms gap between add completions was three overlapping checkpoints).
 CHECKPOINT_JITTER: Final = (0.5, 1.5)
 
-__all__ = ["ReplayReport", "Storage", "StorageConfig"]
+__all__ = ["Moved", "ReplayReport", "Storage", "StorageConfig"]
+
+# Compaction's live records of an old entry log: (ledger id, entry id, old location, stored entry).
+Moved = list[tuple[int, int, int, bytes]]
 
 
 @dataclass(frozen=True)
@@ -165,6 +169,7 @@ class _Checkpoint:
     headers: dict[int, ixf.IndexHeader]
     marks: tuple[Mark, ...]  # one per journal, taken at the swap
     waiters: list[Deferred[None]] = field(default_factory=list)
+    moves: list[Moved] = field(default_factory=list)  # compaction's records, copied after the cache's
 
 
 class Storage:
@@ -201,6 +206,8 @@ class Storage:
         self._flushing: WriteCache | None = None
         self._running: _Checkpoint | None = None
         self._waiters: list[Deferred[None]] = []
+        self._idle_waiters: list[Deferred[None]] = []  # see when_idle
+        self._moves: list[Moved] = []  # compaction batches for the next checkpoint
         self._manual_read_only = config.read_only
         self._disk_full = False
         self._journal_broken = False
@@ -665,8 +672,8 @@ class Storage:
 
     def _start_checkpoint(self) -> None:
         self._checkpoint_at_bytes = self._next_checkpoint_at()
-        run = _Checkpoint(self._active, self._dirty_headers(), self._marks(), self._waiters)
-        self._waiters = []
+        run = _Checkpoint(self._active, self._dirty_headers(), self._marks(), self._waiters, self._moves)
+        self._waiters, self._moves = [], []
         self._active, self._flushing, self._running = WriteCache(), run.cache, run
         pool = self._reactor.getThreadPool()
         deferred = deferToThreadPool(self._reactor, pool, self._checkpoint_in_thread, run)
@@ -681,10 +688,10 @@ class Storage:
         return headers
 
     def _checkpoint_in_thread(self, run: _Checkpoint) -> None:
-        if not run.cache and not run.headers and run.marks == self.last_marks_written:
+        if not run.cache and not run.headers and not run.moves and run.marks == self.last_marks_written:
             return
         try:
-            self._write_out(run.cache, run.headers)
+            self._write_out(run.cache, run.headers, run.moves)
         except OSError:
             # No lastMark is written: replay still covers every entry of this run, and they stay in
             # the write cache (see _checkpoint_done). The unflushed entry log bytes go.
@@ -717,10 +724,12 @@ class Storage:
             self.metrics.checkpoints += 1
             for waiter in run.waiters:
                 waiter.callback(None)
-        if self._waiters:
+        while self._idle_waiters and self._running is None:
+            self._idle_waiters.pop(0).callback(None)
+        if self._waiters and self._running is None:
             self._start_checkpoint()
 
-    def _write_out(self, cache: WriteCache, headers: dict[int, ixf.IndexHeader]) -> None:
+    def _write_out(self, cache: WriteCache, headers: dict[int, ixf.IndexHeader], moves: list[Moved]) -> None:
         """Each ledger's records to the entry log in one write, fsync; then index headers and slots.
 
         Per ledger, not per entry: the write and the slot arithmetic are C-level calls over whole
@@ -730,7 +739,10 @@ class Storage:
         slots: dict[int, bytes] = {}
         for ledger_id in sorted(cache.ledgers):
             slots[ledger_id] = _write_ledger(self._writer, ledger_id, cache.ledgers[ledger_id])
+        relocated = _write_moves(self._writer, moves)
         self._writer.flush()
+        if relocated:
+            fault_point("compaction-copied")  # the copies are durable, the index still names the old log
         for ledger_id in sorted(slots.keys() | headers.keys()):
             header = headers.get(ledger_id)
             ledger = cache.ledgers.get(ledger_id)
@@ -740,6 +752,9 @@ class Storage:
                 self._index.write_run(ledger_id, header, ledger.first_id, slots[ledger_id])
             else:
                 self._index.write(ledger_id, header, ledger.locations(slots[ledger_id]))
+        # After the cache's slots: an entry rewritten since compaction read it keeps its newer slot.
+        for ledger_id, ledger_moves in sorted(relocated.items()):
+            self._index.relocate(ledger_id, ledger_moves)
 
     def _write_last_marks(self, marks: tuple[Mark, ...]) -> None:
         """Every journal's mark to every ledger dir (after the entry log and index are fsynced)."""
@@ -768,6 +783,78 @@ class Storage:
     def _checkpoint_logged(self) -> None:
         if self._running is None and self._stopping is None:
             self.checkpoint().addErrback(lambda failure: None)
+
+    # --- garbage collection and compaction (bkctl/server/gc.py drives them) ------------------------
+
+    def when_idle(self) -> Deferred[None]:
+        """Fires on the reactor thread while no checkpoint runs: what the caller then does synchronously
+        (delete a ledger, remove an entry log) cannot race a checkpoint's entry log or index writes."""
+        if self._running is None:
+            return succeed(None)
+        waiter: Deferred[None] = Deferred()
+        self._idle_waiters.append(waiter)
+        return waiter
+
+    def ledger_ids(self) -> Deferred[set[int]]:
+        """Every ledger the bookie holds: in memory now, and every index file (walked in a pool thread)."""
+        known = set(self._ledgers)
+        walk = deferToThreadPool(self._reactor, self._reactor.getThreadPool(), self._index.ledger_ids)
+        return walk.addCallback(lambda indexed: indexed | known)
+
+    def holds_ledger(self, ledger_id: int) -> bool:
+        return ledger_id in self._ledgers or self._index.find(ledger_id) is not None
+
+    def index_path(self, ledger_id: int) -> Path | None:
+        return self._index.find(ledger_id)
+
+    def delete_ledger(self, ledger_id: int) -> bool:
+        """Forget a ledger the metadata store no longer has: state, cached entries, index file. Only
+        while idle (`when_idle`); its entries in entry logs become garbage. True if the bookie held it."""
+        if self._running is not None:
+            raise RuntimeError("delete_ledger while a checkpoint runs")
+        held = self._ledgers.pop(ledger_id, None) is not None
+        buffer = self._active.ledgers.pop(ledger_id, None)
+        if buffer is not None:
+            self._active.size_bytes -= len(buffer.records)
+        self._read_digests.by_ledger.pop(ledger_id, None)
+        self._unverifiable.discard(ledger_id)
+        return self._index.delete(ledger_id) is not None or held
+
+    @property
+    def disk_full(self) -> bool:
+        """Read-only for lack of space (usage above the threshold, or a checkpoint that could not write)."""
+        return self._disk_full
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping is not None
+
+    @property
+    def current_log_id(self) -> int:
+        """The entry log the checkpoints write to (never collected)."""
+        return self._writer.log_id
+
+    def entry_logs(self) -> dict[int, Path]:
+        """Every entry log file by id (a directory listing: call off the reactor)."""
+        return existing_log_ids(self.config.ledger_dirs)
+
+    def relocate(self, moved: Moved) -> Deferred[None]:
+        """Copy compaction's live records to the current entry log with the next checkpoint, which
+        fsyncs them before pointing the index at them (only slots still at the old location move)."""
+        self._moves.append(moved)
+        return self.checkpoint()
+
+    def remove_entry_log(self, log_id: int, path: Path) -> int:
+        """Delete an entry log no index slot points into (only while idle); the bytes freed."""
+        if self._running is not None or log_id == self._writer.log_id:
+            raise RuntimeError(f"entry log {log_id} cannot be removed now")
+        self._reader.forget(log_id)
+        try:
+            size = path.stat().st_size
+            path.unlink()
+        except FileNotFoundError:
+            return 0
+        return size
 
     # --- stop, info -----------------------------------------------------------------------------
 
@@ -838,6 +925,16 @@ def _write_ledger(writer: EntryLogWriter, ledger_id: int, ledger: LedgerBuffer) 
             parts.append(shifted_slots(offsets, done, stop, (writer.log_id << 32) + position - begin))
             done = stop
     return b"".join(parts)
+
+
+def _write_moves(writer: EntryLogWriter, moves: list[Moved]) -> dict[int, list[tuple[int, int, int]]]:
+    """Append compaction's records; per ledger, (entry id, old location, new location)."""
+    relocated: dict[int, list[tuple[int, int, int]]] = {}
+    for batch in moves:
+        for ledger_id, entry_id, old, data in batch:
+            new = writer.append(ledger_id, data)
+            relocated.setdefault(ledger_id, []).append((entry_id, old, new))
+    return relocated
 
 
 def _availability(index: Path | None, cached: list[int]) -> bytes:

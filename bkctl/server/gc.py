@@ -1,0 +1,603 @@
+"""Garbage collection of deleted ledgers and compaction of entry logs (Java's GarbageCollectorThread).
+
+Every `gcWaitTime` and on demand (admin HTTP `PUT /api/v1/bookie/gc`), one run on the reactor:
+
+1. Ledgers: the bookie's ledgers are listed FIRST (memory + index files), then the metadata store's.
+   A ledger the bookie holds and the listing lacks is read directly (`verifyMetadataOnGC`, on by
+   default here) and only a definite "no such ledger" deletes its index. A ledger created after the
+   bookie's list was taken is not in it, so it is never a candidate; a metadata store that cannot be
+   read deletes nothing.
+2. Entry logs: each log's bytes per ledger come from its ledgers map (or a scan of a log without one,
+   cached); a log whose ledgers are all gone is removed. The current log is never touched, nor is one
+   that appeared after the run took its snapshot (ids at or above the current one).
+3. Compaction, when due (`minorCompactionInterval`, `majorCompactionInterval`) or forced: logs whose
+   live share is under the threshold, least live first (each frees the most for what it copies). The
+   live records (slot still pointing at them) are copied by the next checkpoints, which fsync the new
+   log before the index names it; the old log goes once every batch is durable. A `<log>.compacting`
+   marker beside the log, written first and removed last, makes a run killed half-way compact that log
+   again next time whatever its usage (the copied entries are then no longer live in it).
+
+Changes to the storage (ledger deletion, log removal) happen synchronously on the reactor while no
+checkpoint runs (`Storage.when_idle`). See docs/bookie.md, "Garbage collection and compaction".
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from twisted.internet import task, threads
+from twisted.internet.defer import Deferred, DeferredLock, ensureDeferred
+
+from bkctl.errors import NotFoundError
+from bkctl.files.entrylog import entry_log_records, ledger_sizes, open_entry_log
+from bkctl.metadata.layout import Layout
+from bkctl.protocol import entrylog_format as ef
+from bkctl.protocol import index_format as ixf
+from bkctl.protocol.entrylog_format import RecordKind
+from bkctl.protocol.scanning import ScanStop
+from bkctl.server.faults import fault_point
+from bkctl.server.storage import Moved, Storage
+
+log = logging.getLogger("bkctl.bookie")
+
+MARKER_SUFFIX: Final = ".compacting"
+# Live records handed to one checkpoint: big enough that the fsyncs are amortised, small enough that
+# the checkpoint stays short.
+BATCH_BYTES: Final = 16 * 1024 * 1024
+_PAGE: Final = struct.Struct(f">{ixf.SLOTS_PER_PAGE}q")
+_PAGES_CACHED_MAX: Final = 1024
+
+
+@dataclass(frozen=True)
+class GcSettings:
+    """bk_server.conf keys in the comments; defaults are Java's unless said otherwise."""
+
+    wait_ms: int = 600_000  # gcWaitTime; 0 = no periodic run (bkctl: on demand only)
+    minor_threshold: float = 0.2  # minorCompactionThreshold (<= 0: minor compaction off)
+    minor_interval_s: int = 3600  # minorCompactionInterval (<= 0: off)
+    major_threshold: float = 0.8  # majorCompactionThreshold
+    major_interval_s: int = 86_400  # majorCompactionInterval
+    rate_entries: int = 100_000  # compactionRateByEntries (Java: 1000); 0 = unthrottled
+    rate_bytes: int = 1_000_000  # compactionRateByBytes; 0 = unthrottled
+    throttle_by_bytes: bool = False  # isThrottleByBytes
+    verify_metadata: bool = True  # verifyMetadataOnGC (Java: false)
+    force_when_full: bool = True  # isForceGCAllowWhenNoSpace (Java: false): compact even on a full disk
+
+
+@dataclass
+class GcMetrics:
+    runs: int = 0
+    ledgers_deleted: int = 0
+    logs_removed: int = 0
+    logs_compacted: int = 0
+    entries_moved: int = 0
+    bytes_moved: int = 0
+    bytes_reclaimed: int = 0
+    major_compactions: int = 0
+    minor_compactions: int = 0
+    seconds_total: float = 0.0
+    last_seconds: float = 0.0
+    live_fraction: dict[str, float] = field(default_factory=dict)  # per ledger dir, at the last run
+
+
+# --- pure parts -------------------------------------------------------------------------------------
+
+
+def collectable(held: Iterable[int], listed: set[int]) -> list[int]:
+    """The ledgers the bookie holds that the metadata listing lacks, ascending."""
+    return sorted(ledger_id for ledger_id in set(held) if ledger_id not in listed)
+
+
+@dataclass(frozen=True)
+class LogUsage:
+    log_id: int
+    path: Path
+    total: int  # bytes of every ledger's records in the log
+    live: int  # bytes of ledgers the bookie still holds
+
+    @property
+    def fraction(self) -> float:
+        return self.live / self.total if self.total else 0.0
+
+
+def log_usage(log_id: int, path: Path, sizes: dict[int, int], held: Callable[[int], bool]) -> LogUsage:
+    live = sum(size for ledger_id, size in sizes.items() if held(ledger_id))
+    return LogUsage(log_id, path, sum(sizes.values()), live)
+
+
+def compaction_order(usages: Iterable[LogUsage], threshold: float) -> list[LogUsage]:
+    """Logs with live data under `threshold`, least live first: each frees the most per byte copied,
+    which is what a nearly full disk needs first (Java sorts by bytes freed)."""
+    chosen = [u for u in usages if u.live > 0 and u.fraction < threshold]
+    return sorted(chosen, key=lambda u: (u.fraction, u.log_id))
+
+
+class Throttle:
+    """How long to wait so that `done` units stay under `rate` per second since the start (0 = no limit)."""
+
+    def __init__(self, rate: int, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate = rate
+        self._clock = clock
+        self._start = clock()
+        self._done = 0
+
+    def delay(self, amount: int) -> float:
+        self._done += amount
+        if self.rate <= 0:
+            return 0.0
+        return max(0.0, self._done / self.rate - (self._clock() - self._start))
+
+
+def marker_path(log_path: Path) -> Path:
+    return log_path.with_name(log_path.name + MARKER_SUFFIX)
+
+
+# --- reading an old log's live records (a pool thread) ----------------------------------------------
+
+
+class LiveRecords:
+    """The records of one entry log whose index slot still names them, in batches.
+
+    The index files are read directly (never through the storage's page cache, which a stale page
+    from here could poison); a slot only ever moves away from an old log, so a slot read as pointing
+    here during a concurrent page write is right, and one read as pointing elsewhere is elsewhere.
+    """
+
+    def __init__(self, log_id: int, path: Path, index_paths: dict[int, Path]) -> None:
+        self.log_id = log_id
+        self.path = path
+        self._index_paths = index_paths
+        self._fds: dict[int, int] = {}
+        self._pages: dict[tuple[int, int], tuple[int, ...]] = {}
+        self._scan = entry_log_records(open_entry_log(path))
+        self._records: Iterator[Any] = iter(self._scan)
+        self.scanned = 0
+        self.error: str | None = None
+
+    def next_batch(self, batch_bytes: int = BATCH_BYTES) -> Moved | None:
+        """Up to `batch_bytes` of live records; None once the log is done (see `error`)."""
+        batch: Moved = []
+        size = 0
+        for offset, kind, body in self._records:
+            if kind is not RecordKind.DATA:
+                continue
+            self.scanned += 1
+            ledger_id, entry_id = ef.record_key(body)
+            location = ef.entry_location(self.log_id, offset + 4)
+            if ledger_id in self._index_paths and self._slot(ledger_id, entry_id) == location:
+                batch.append((ledger_id, entry_id, location, bytes(body)))
+                size += len(body) + 4
+                if size >= batch_bytes:
+                    return batch
+        stop = self._scan.stop
+        if not _complete(stop):
+            assert stop is not None
+            self.error = f"{self.path} offset {stop.position}: {stop.reason}"
+        self.close()
+        return batch or None
+
+    def _slot(self, ledger_id: int, entry_id: int) -> int:
+        page_no, slot = divmod(entry_id, ixf.SLOTS_PER_PAGE)
+        key = (ledger_id, page_no)
+        page = self._pages.get(key)
+        if page is None:
+            fd = self._fd(ledger_id)
+            if fd < 0:
+                return 0
+            data = os.pread(fd, ixf.PAGE_SIZE, ixf.HEADER_SIZE + page_no * ixf.PAGE_SIZE)
+            page = _PAGE.unpack(data.ljust(ixf.PAGE_SIZE, b"\0"))
+            if len(self._pages) >= _PAGES_CACHED_MAX:
+                self._pages.clear()
+            self._pages[key] = page
+        return page[slot]
+
+    def _fd(self, ledger_id: int) -> int:
+        fd = self._fds.get(ledger_id)
+        if fd is None:
+            try:
+                fd = os.open(self._index_paths[ledger_id], os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            except FileNotFoundError:  # deleted since: its records are garbage
+                fd = -1
+            self._fds[ledger_id] = fd
+        return fd
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            if fd >= 0:
+                os.close(fd)
+        self._fds.clear()
+        self._pages.clear()
+
+
+def _sizes_of(path: Path) -> tuple[dict[int, int], bool]:
+    """Bytes per ledger of one log (ledgers map, else a scan) and whether they are complete."""
+    sizes = ledger_sizes(open_entry_log(path))
+    return sizes.sizes, _complete(sizes.stop)
+
+
+def _complete(stop: ScanStop | None) -> bool:
+    """A scan that read the whole log; a record cut by the end of the file (a kill during a write past
+    the last fsync, which no index slot names) ends the valid data."""
+    return stop is None or not stop.is_error or stop.truncated
+
+
+def _write_marker(path: Path) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+# --- the collector ---------------------------------------------------------------------------------
+
+
+class GarbageCollector:
+    """One bookie's GC: periodic and triggered runs, one at a time, on the reactor."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        layout: Layout | None,
+        settings: GcSettings,
+        reactor: Any,
+        on_run_done: Callable[[], object] | None = None,
+    ) -> None:
+        self.storage = storage
+        self.layout = layout
+        self.settings = settings
+        self.metrics = GcMetrics()
+        self._reactor = reactor
+        self._on_run_done = on_run_done
+        self._compacting = ""  # "major", "minor" or "resume" while compacting
+        self._lock = DeferredLock()
+        self._loop: task.LoopingCall | None = None
+        self._stopped = False
+        self._sizes: dict[int, tuple[dict[int, int], bool]] = {}  # per old log: immutable once written
+        now = time.time()
+        self.last_major = self.last_minor = now
+        self.phase = "idle"
+        self.last_run: dict[str, Any] | None = None
+        self.last_error: str | None = None
+        self.forced = False
+
+    def start(self) -> None:
+        if self.settings.wait_ms <= 0:
+            log.info("garbage collection: no periodic run (gcWaitTime=0); on demand only")
+            return
+        self._loop = task.LoopingCall(self._periodic)
+        self._loop.clock = self._reactor
+        self._loop.start(self.settings.wait_ms / 1000.0, now=False).addErrback(
+            lambda f: log.error("garbage collection timer failed: %s", f.getErrorMessage())
+        )
+
+    def stop(self) -> None:
+        """No new step starts; a run in progress ends at its next step, its old logs left as they are."""
+        self._stopped = True
+        if self._loop is not None and self._loop.running:
+            self._loop.stop()
+
+    def _periodic(self) -> None:
+        if not self._lock.locked:
+            self.trigger().addErrback(
+                lambda f: log.error("garbage collection failed: %s", f.getErrorMessage())
+            )
+
+    def trigger(self, force_major: bool = False, force_minor: bool = False) -> Deferred[dict[str, Any]]:
+        """Run GC now (after a run in progress); fires with the run's report."""
+        return self._lock.run(lambda: ensureDeferred(self._run(force_major, force_minor)))
+
+    @property
+    def running(self) -> bool:
+        return self._lock.locked
+
+    def details(self) -> dict[str, Any]:
+        """Java's gc_details fields plus bkctl's: what runs now and what the last run did."""
+        m = self.metrics
+        return {
+            "forceCompacting": self.forced and self.phase == "compacting",
+            "majorCompacting": self.phase == "compacting" and self._compacting == "major",
+            "minorCompacting": self.phase == "compacting" and self._compacting == "minor",
+            "lastMajorCompactionTime": int(self.last_major * 1000),
+            "lastMinorCompactionTime": int(self.last_minor * 1000),
+            "majorCompactionCounter": m.major_compactions,
+            "minorCompactionCounter": m.minor_compactions,
+            "running": self.running,
+            "phase": self.phase,
+            "last_run": self.last_run,
+            "last_error": self.last_error,
+            "totals": {
+                "runs": m.runs,
+                "ledgers_deleted": m.ledgers_deleted,
+                "entry_logs_removed": m.logs_removed,
+                "entry_logs_compacted": m.logs_compacted,
+                "entries_moved": m.entries_moved,
+                "bytes_moved": m.bytes_moved,
+                "bytes_reclaimed": m.bytes_reclaimed,
+                "seconds": round(m.seconds_total, 3),
+            },
+            "live_fraction": dict(m.live_fraction),
+        }
+
+    # --- one run ------------------------------------------------------------------------------------
+
+    async def _run(self, force_major: bool, force_minor: bool) -> dict[str, Any]:
+        started = time.monotonic()
+        report: dict[str, Any] = {
+            "started_ms": int(time.time() * 1000),
+            "ledgers_deleted": [],
+            "entry_logs_removed": [],
+            "entry_logs_compacted": [],
+            "entries_moved": 0,
+            "bytes_moved": 0,
+            "bytes_reclaimed": 0,
+            "compaction": None,
+            "errors": [],
+        }
+        self.forced = force_major or force_minor
+        try:
+            if not self._halted():
+                self.phase = "ledgers"
+                await self._collect_ledgers(report)
+            if not self._halted():
+                self.phase = "entry-logs"
+                await self._collect_logs(report, force_major, force_minor)
+        finally:
+            self.phase = "idle"
+            self._compacting = ""
+            seconds = time.monotonic() - started
+            report["seconds"] = round(seconds, 3)
+            self.metrics.runs += 1
+            self.metrics.seconds_total += seconds
+            self.metrics.last_seconds = seconds
+            self.last_run = report
+            self.last_error = "; ".join(report["errors"]) or None
+            if self._on_run_done is not None:
+                self._on_run_done()
+        log.info(
+            "garbage collection: %d ledgers deleted, %d entry logs removed, %d compacted "
+            "(%d entries moved), %.1f MB reclaimed in %.2f s",
+            len(report["ledgers_deleted"]),
+            len(report["entry_logs_removed"]),
+            len(report["entry_logs_compacted"]),
+            report["entries_moved"],
+            report["bytes_reclaimed"] / 1e6,
+            report["seconds"],
+        )
+        return report
+
+    def _halted(self) -> bool:
+        return self._stopped or self.storage.stopping
+
+    def _in_thread(self, function: Callable[..., Any], *args: Any) -> Deferred[Any]:
+        return threads.deferToThreadPool(self._reactor, self._reactor.getThreadPool(), function, *args)
+
+    async def _collect_ledgers(self, report: dict[str, Any]) -> None:
+        if self.layout is None:
+            return
+        held = await self.storage.ledger_ids()  # before the listing: see the module docstring
+        try:
+            listed = await self._in_thread(self._listed_ledgers)
+        except Exception as exc:
+            self._error(report, f"metadata store not readable, no ledger deleted: {exc}")
+            return
+        doomed = []
+        for ledger_id in collectable(held, listed):
+            if self.settings.verify_metadata:
+                try:
+                    exists = await self._in_thread(self._ledger_exists, ledger_id)
+                except Exception as exc:
+                    self._error(report, f"ledger {ledger_id} kept: its metadata cannot be read: {exc}")
+                    continue
+                if exists:
+                    log.warning("ledger %d is missing from the metadata listing but exists: kept", ledger_id)
+                    continue
+            doomed.append(ledger_id)
+        if not doomed:
+            return
+        await self.storage.when_idle()
+        if self._halted():
+            return
+        for ledger_id in doomed:  # synchronous: no checkpoint starts in between
+            if self.storage.delete_ledger(ledger_id):
+                report["ledgers_deleted"].append(ledger_id)
+        self.metrics.ledgers_deleted += len(report["ledgers_deleted"])
+        log.info("garbage collection deleted ledgers %s", report["ledgers_deleted"])
+        # Move lastMark past their journal records, so a restart does not bring them back.
+        self.storage.checkpoint().addErrback(lambda f: None)
+
+    def _listed_ledgers(self) -> set[int]:
+        assert self.layout is not None
+        self.layout.check_initialized()  # an empty or missing tree must never read as "no ledgers"
+        return set(self.layout.ledger_ids())
+
+    def _ledger_exists(self, ledger_id: int) -> bool:
+        assert self.layout is not None
+        try:
+            self.layout.read_ledger_bytes(ledger_id)
+        except NotFoundError:
+            return False
+        return True
+
+    def _error(self, report: dict[str, Any], message: str) -> None:
+        log.error("garbage collection: %s", message)
+        report["errors"].append(message)
+
+    async def _collect_logs(self, report: dict[str, Any], force_major: bool, force_minor: bool) -> None:
+        await self.storage.when_idle()
+        current = self.storage.current_log_id  # every older log is fully indexed now
+        logs = await self._in_thread(self.storage.entry_logs)
+        old = {log_id: path for log_id, path in logs.items() if log_id < current}
+        await self._in_thread(self._load_sizes, old)
+        for log_id in [i for i in self._sizes if i not in old]:
+            del self._sizes[log_id]
+        dirs = [d / "current" for d in self.storage.config.ledger_dirs]
+        markers = await self._in_thread(_markers, dirs, old, logs)
+        usages = self._usages(old)
+        await self._remove_empty(report, usages)
+        compaction = self._due(force_major, force_minor)
+        pending = [u for u in usages.values() if u.log_id in markers and u.live > 0]
+        chosen = pending + [
+            u for u in compaction_order(usages.values(), compaction[1]) if u.log_id not in markers
+        ]
+        if compaction[0] == "" and not pending:
+            return
+        report["compaction"] = compaction[0] or "resume"
+        self.phase, self._compacting = "compacting", compaction[0] or "resume"
+        for usage in chosen:
+            if self._halted():
+                return
+            try:
+                await self._compact(report, usage)
+            except Exception as exc:
+                self._error(report, f"compaction of entry log {usage.log_id} stopped: {exc}")
+                return
+        if compaction[0] == "major":
+            self.last_major = self.last_minor = time.time()
+            self.metrics.major_compactions += 1
+        elif compaction[0] == "minor":
+            self.last_minor = time.time()
+            self.metrics.minor_compactions += 1
+
+    def _load_sizes(self, logs: dict[int, Path]) -> None:
+        for log_id, path in logs.items():
+            if log_id not in self._sizes:
+                try:
+                    self._sizes[log_id] = _sizes_of(path)
+                except OSError as exc:
+                    log.error("garbage collection: %s: %s", path, exc)
+
+    def _usages(self, logs: dict[int, Path]) -> dict[int, LogUsage]:
+        """Live bytes per log now (reactor thread); logs whose sizes are incomplete are left out."""
+        usages = {}
+        per_dir: dict[str, list[int]] = {}
+        for log_id, path in logs.items():
+            sizes, complete = self._sizes.get(log_id, ({}, False))
+            if not complete:
+                continue
+            usage = usages[log_id] = log_usage(log_id, path, sizes, self.storage.holds_ledger)
+            totals = per_dir.setdefault(str(path.parent.parent), [0, 0])
+            totals[0] += usage.live
+            totals[1] += usage.total
+        self.metrics.live_fraction = {d: round(t[0] / t[1], 4) if t[1] else 1.0 for d, t in per_dir.items()}
+        return usages
+
+    async def _remove_empty(self, report: dict[str, Any], usages: dict[int, LogUsage]) -> None:
+        empty = [u for u in usages.values() if u.live == 0]
+        if not empty:
+            return
+        await self.storage.when_idle()
+        if self._halted():
+            return
+        for usage in empty:  # synchronous; liveness checked again now
+            sizes = self._sizes[usage.log_id][0]
+            if any(self.storage.holds_ledger(ledger_id) for ledger_id in sizes):
+                continue
+            freed = self.storage.remove_entry_log(usage.log_id, usage.path)
+            del self._sizes[usage.log_id]
+            report["entry_logs_removed"].append(usage.log_id)
+            report["bytes_reclaimed"] += freed
+            self.metrics.logs_removed += 1
+            self.metrics.bytes_reclaimed += freed
+            usages.pop(usage.log_id)
+        with_markers = [marker_path(u.path) for u in empty]
+        await self._in_thread(_unlink_all, with_markers)
+
+    def _due(self, force_major: bool, force_minor: bool) -> tuple[str, float]:
+        """("major" | "minor" | "", threshold) for this run."""
+        s, now = self.settings, time.time()
+        major_on = s.major_interval_s > 0 and s.major_threshold > 0
+        minor_on = s.minor_interval_s > 0 and s.minor_threshold > 0
+        full = self.storage.disk_full
+        if full and not s.force_when_full:
+            return "", 0.0
+        if force_major or (major_on and not full and now - self.last_major > s.major_interval_s):
+            return "major", s.major_threshold
+        if force_minor or (minor_on and now - self.last_minor > s.minor_interval_s):
+            return "minor", s.minor_threshold
+        return "", 0.0
+
+    async def _compact(self, report: dict[str, Any], usage: LogUsage) -> None:
+        marker = marker_path(usage.path)
+        await self._in_thread(_write_marker, marker)
+        fault_point("compaction-marked")
+        await self.storage.when_idle()  # every slot naming this log is on disk now
+        sizes = self._sizes[usage.log_id][0]
+        index_paths = {}
+        for ledger_id in sizes:
+            path = self.storage.index_path(ledger_id)
+            if path is not None:
+                index_paths[ledger_id] = path
+        records = LiveRecords(usage.log_id, usage.path, index_paths)
+        limit = Throttle(
+            self.settings.rate_bytes if self.settings.throttle_by_bytes else self.settings.rate_entries
+        )
+        moved = moved_bytes = 0
+        try:
+            while True:
+                batch = await self._in_thread(records.next_batch)
+                if batch is None:
+                    break
+                if self._halted():
+                    return
+                await self.storage.relocate(batch)
+                batch_bytes = sum(len(r[3]) + 4 for r in batch)
+                moved += len(batch)
+                moved_bytes += batch_bytes
+                delay = limit.delay(batch_bytes if self.settings.throttle_by_bytes else len(batch))
+                if delay > 0:
+                    await task.deferLater(self._reactor, delay, lambda: None)
+        finally:
+            records.close()
+        if records.error is not None:
+            raise OSError(records.error)
+        await self.storage.when_idle()
+        if self._halted():
+            return
+        fault_point("compaction-before-remove")
+        freed = self.storage.remove_entry_log(usage.log_id, usage.path)
+        self._sizes.pop(usage.log_id, None)
+        fault_point("compaction-removed")
+        await self._in_thread(_unlink_all, [marker])
+        report["entry_logs_compacted"].append(usage.log_id)
+        report["entries_moved"] += moved
+        report["bytes_moved"] += moved_bytes
+        report["bytes_reclaimed"] += max(0, freed - moved_bytes)
+        m = self.metrics
+        m.logs_compacted += 1
+        m.entries_moved += moved
+        m.bytes_moved += moved_bytes
+        m.bytes_reclaimed += max(0, freed - moved_bytes)
+
+
+def _markers(directories: list[Path], old: dict[int, Path], logs: dict[int, Path]) -> set[int]:
+    """Logs a killed compaction left marked; markers of logs already gone are removed."""
+    marked = set()
+    for directory in directories:
+        for marker in directory.glob(f"*.log{MARKER_SUFFIX}"):
+            log_id = ef.parse_log_file_name(marker.name[: -len(MARKER_SUFFIX)])
+            if log_id is None:
+                continue
+            if log_id in logs:
+                if log_id in old:
+                    marked.add(log_id)
+            else:
+                marker.unlink(missing_ok=True)
+    return marked
+
+
+def _unlink_all(paths: list[Path]) -> None:
+    for path in paths:
+        path.unlink(missing_ok=True)
