@@ -32,6 +32,7 @@ COMMAND_MODULES = (
     "bkctl.commands.inspect",
     "bkctl.commands.bookie",
     "bkctl.commands.bookie_server",
+    "bkctl.commands.bookie_gc",
     "bkctl.commands.cluster",
     "bkctl.commands.ledger",
     "bkctl.commands.ledger_data",

@@ -261,3 +261,34 @@ def test_gc_wait_time_zero_means_on_demand_only() -> None:
     assert load_config({"gcWaitTime": "0"}).gc_wait_ms == 0
     assert load_config({}).gc_wait_ms == 600_000
     assert os.environ.get("BKCTL_FAULT_POINT") is None
+
+
+@twisted_test
+async def test_bkctl_bookie_gc_command(tmp_path: Path) -> None:
+    """`bkctl bookie gc`: by --http or by the bookie id's registration; --wait shows the report."""
+    from tests.server_net.test_commands import bkctl
+
+    uri = metadata_uri(tmp_path)
+    service = await start_bookie(tmp_path, uri=uri, **GC_FLAGS)
+    try:
+        await in_thread(write, service, [6], 10)
+        await checkpoint(service)
+        endpoint = f"127.0.0.1:{service.http_port}"
+        waited = await in_thread(bkctl, "bookie", "gc", "--http", endpoint, "--major", "--wait", "-o", "json")
+        assert waited.returncode == 0, waited.stderr
+        assert json.loads(waited.stdout)["ledgers_deleted"] == [6]  # never created in metadata
+        by_id = await in_thread(
+            bkctl, "bookie", "gc", "gc-bookie", "--metadata", uri, "--wait", "-o", "plain"
+        )
+        assert by_id.returncode == 0, by_id.stderr
+        assert "ledgers_deleted\t-" in by_id.stdout
+        trigger = await in_thread(bkctl, "bookie", "gc", "--http", endpoint)
+        assert trigger.returncode == 0 and "Triggered GC" in trigger.stderr
+        both = await in_thread(bkctl, "bookie", "gc", "--http", endpoint, "--major", "--minor")
+        assert both.returncode == 2 and "at most one" in both.stderr
+        unknown = await in_thread(bkctl, "bookie", "gc", "nobody", "--metadata", uri)
+        assert unknown.returncode == 4 and "not registered" in unknown.stderr
+        down = await in_thread(bkctl, "bookie", "gc", "--http", "127.0.0.1:1")
+        assert down.returncode == 6, down.stderr
+    finally:
+        await service.stop()
