@@ -167,12 +167,15 @@ class EntryLogWriter:
         Pending buffered bytes go first. The caller made sure they fit (`room`). The big write runs
         without the GIL, so the reactor thread keeps serving while the checkpoint copies megabytes.
         """
+        return self.write_block(records, {ledger_id: len(records)})
+
+    def write_block(self, records: memoryview, sizes: dict[int, int]) -> int:
+        """`write_records` for records of several ledgers (`sizes`: their bytes per ledger)."""
         self._write_buffer()
         position = self.position
         write_all(self._fd, [records], position)
-        size = len(records)
-        self.position = self._buffer_offset = position + size
-        self._sizes[ledger_id] = self._sizes.get(ledger_id, 0) + size
+        self.position = self._buffer_offset = position + len(records)
+        self.count_ledger_bytes(sizes)
         return position
 
     def count_ledger_bytes(self, sizes: dict[int, int]) -> None:

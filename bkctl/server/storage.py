@@ -18,6 +18,7 @@ import random
 import shutil
 import struct
 import time
+from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,8 +82,20 @@ CHECKPOINT_JITTER: Final = (0.5, 1.5)
 
 __all__ = ["Moved", "ReplayReport", "Storage", "StorageConfig"]
 
-# Compaction's live records of an old entry log: (ledger id, entry id, old location, stored entry).
-Moved = list[tuple[int, int, int, bytes]]
+
+@dataclass
+class Moved:
+    """Compaction's live records of an old entry log, back to back as in any entry log (size prefix +
+    stored entry), with each record's start in `records`, its key and its old index location."""
+
+    records: bytearray = field(default_factory=bytearray)
+    starts: array[int] = field(default_factory=lambda: array("q"))
+    ledgers: array[int] = field(default_factory=lambda: array("q"))
+    entries: array[int] = field(default_factory=lambda: array("q"))
+    old: array[int] = field(default_factory=lambda: array("q"))
+
+    def __len__(self) -> int:
+        return len(self.starts)
 
 
 @dataclass(frozen=True)
@@ -928,13 +941,43 @@ def _write_ledger(writer: EntryLogWriter, ledger_id: int, ledger: LedgerBuffer) 
 
 
 def _write_moves(writer: EntryLogWriter, moves: list[Moved]) -> dict[int, list[tuple[int, int, int]]]:
-    """Append compaction's records; per ledger, (entry id, old location, new location)."""
+    """Append compaction's records, one pwrite per batch (split where the log rotates); per ledger,
+    (entry id, old location, new location)."""
     relocated: dict[int, list[tuple[int, int, int]]] = {}
     for batch in moves:
-        for ledger_id, entry_id, old, data in batch:
-            new = writer.append(ledger_id, data)
-            relocated.setdefault(ledger_id, []).append((entry_id, old, new))
+        starts, total, done = batch.starts, len(batch), 0
+        with memoryview(batch.records) as records:
+            while done < total:
+                begin = starts[done]
+                stop = _fitting(starts, done, len(records), writer.room())
+                if stop <= done:
+                    if not writer.fresh:
+                        writer.rotate()
+                        continue
+                    stop = done + 1  # a fresh log takes one record, however big
+                end = starts[stop] if stop < total else len(records)
+                position = writer.write_block(records[begin:end], {})
+                base = (writer.log_id << 32) + position - begin + SIZE_PREFIX
+                sizes: dict[int, int] = {}
+                for k in range(done, stop):
+                    ledger_id = batch.ledgers[k]
+                    record_end = starts[k + 1] if k + 1 < stop else end
+                    sizes[ledger_id] = sizes.get(ledger_id, 0) + record_end - starts[k]
+                    moved = (batch.entries[k], batch.old[k], base + starts[k])
+                    relocated.setdefault(ledger_id, []).append(moved)
+                writer.count_ledger_bytes(sizes)
+                done = stop
     return relocated
+
+
+def _fitting(starts: array[int], done: int, length: int, room: int) -> int:
+    """How many records from `done` on fit in `room` bytes: records [done, result) (record k spans
+    starts[k] to starts[k + 1], the last one to `length`)."""
+    begin = starts[done]
+    after = bisect.bisect_right(starts, begin + room, done)  # the first record starting past the room
+    if after == len(starts) and length - begin <= room:
+        return after
+    return after - 1
 
 
 def _availability(index: Path | None, cached: list[int]) -> bytes:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from bkctl.server.gc import LogUsage, Throttle, collectable, compaction_order, log_usage, marker_path
 
@@ -41,3 +44,79 @@ def test_throttle_waits_for_the_rate() -> None:
 
 def test_marker_is_beside_the_log() -> None:
     assert marker_path(Path("/d/current/1a.log")) == Path("/d/current/1a.log.compacting")
+
+
+def _log_and_index(tmp_path: Path, gap: int) -> tuple[Path, dict[int, Path], list[tuple[int, int, bytes]]]:
+    """Entry log 5: ledger 1 entries 0-5 and ledger 2 entries 0-5 alternating, then `gap` zero bytes (a
+    preallocated tail); index files naming every ledger 1 entry and only ledger 2's even ones."""
+    from bkctl.protocol import entrylog_format as ef
+    from bkctl.protocol import index_format as ixf
+
+    data = bytearray(ef.encode_header(ef.EntryLogHeader(ef.HEADER_V1)))
+    records: list[tuple[int, int, bytes]] = []
+    slots: dict[int, dict[int, int]] = {1: {}, 2: {}}
+    for n in range(12):
+        ledger_id, entry_id = 1 + n % 2, n // 2
+        body = packaged_body(ledger_id, entry_id, n)
+        slots[ledger_id][entry_id] = ef.entry_location(5, len(data) + 4)
+        data += ef.encode_record_size(len(body)) + body
+        records.append((ledger_id, entry_id, body))
+    data += bytes(gap)
+    log = tmp_path / "5.log"
+    log.write_bytes(bytes(data))
+    live = {1: slots[1], 2: {e: loc for e, loc in slots[2].items() if e % 2 == 0}}
+    paths = {}
+    for ledger_id, locations in live.items():
+        paths[ledger_id] = tmp_path / f"{ledger_id}.idx"
+        header = ixf.encode_header(ixf.IndexHeader(ixf.V1, b"key"))
+        paths[ledger_id].write_bytes(header + ixf.encode_slots(locations))
+    kept = [(lid, eid, body) for lid, eid, body in records if lid == 1 or eid % 2 == 0]
+    return log, paths, kept
+
+
+def packaged_body(ledger_id: int, entry_id: int, n: int) -> bytes:
+    import struct
+
+    return struct.pack(">qq", ledger_id, entry_id) + bytes([n]) * (100 + 37 * n)
+
+
+def _moved(batches: list[Any]) -> list[tuple[int, int, bytes]]:
+    out = []
+    for batch in batches:
+        for k in range(len(batch)):
+            end = batch.starts[k + 1] if k + 1 < len(batch) else len(batch.records)
+            out.append((batch.ledgers[k], batch.entries[k], bytes(batch.records[batch.starts[k] + 4 : end])))
+    return out
+
+
+@pytest.mark.parametrize(("gap", "chunk"), [(0, 4 << 20), (0, 300), (7, 4 << 20), (4096, 250)])
+def test_live_records_are_those_the_index_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gap: int, chunk: int
+) -> None:
+    """Small read chunks (records across chunks, one bigger than a chunk) and a zero tail (the generic
+    scanner takes over at its first zero) find the same records."""
+    from bkctl.server import gc
+
+    monkeypatch.setattr(gc, "READ_CHUNK", chunk)
+    log, paths, kept = _log_and_index(tmp_path, gap)
+    records = gc.LiveRecords(5, log, paths)
+    batches = []
+    while (batch := records.next_batch(batch_bytes=500)) is not None:
+        batches.append(batch)
+    assert records.error is None
+    assert _moved(batches) == kept
+    assert records.scanned == 12
+
+
+def test_live_records_stop_at_corrupt_data(tmp_path: Path) -> None:
+    from bkctl.server import gc
+
+    log, paths, _ = _log_and_index(tmp_path, 0)
+    data = bytearray(log.read_bytes())
+    data[1024 + 4 + 16 + 100 : 1024 + 4 + 16 + 104] = (7).to_bytes(4, "big")  # second record: size 7
+    data[1024 + 4 + 116 : 1024 + 8 + 116] = (7).to_bytes(4, "big")
+    log.write_bytes(bytes(data))
+    records = gc.LiveRecords(5, log, paths)
+    while records.next_batch() is not None:
+        pass
+    assert records.error is not None and "shorter" in records.error
