@@ -292,3 +292,64 @@ async def test_bkctl_bookie_gc_command(tmp_path: Path) -> None:
         assert down.returncode == 6, down.stderr
     finally:
         await service.stop()
+
+
+@twisted_test
+async def test_gc_and_compaction_on_a_java_bookies_directories(tmp_path: Path) -> None:
+    """Java 4.14.8 bookie1's entry log (no ledgers map: scanned) holds ledgers 0-3; with only ledger 3 in
+    the metadata store, a forced minor compaction deletes 0-2, copies ledger 3 (15% live) out of 0.log
+    and removes it; ledger 3 is served byte for byte before and after, also after a restart, and the
+    files stay readable by the inspect readers."""
+    from tests.server_net.test_java_bookie import BOOKIE1, JAVA_INSTANCE_ID, copy_bookie1, update_cookies
+
+    uri = metadata_uri(tmp_path, instance_id=JAVA_INSTANCE_ID)
+    base = copy_bookie1(tmp_path)
+    await in_thread(update_cookies, base, uri)
+    await in_thread(layout_call, uri, "create", [3])
+    flags = {**GC_FLAGS, "bookieId": BOOKIE1}
+    service = await start_bookie(tmp_path, uri=uri, **flags)
+    try:
+        before = await in_thread(_java_ledger_3, service)
+        assert sum(1 for rc, _ in before if rc == EOK) == 134
+        report = await gc_run(service, force_minor=True)
+        assert report["ledgers_deleted"] == [0, 1, 2], report
+        assert 0 in report["entry_logs_compacted"] and not report["errors"], report
+        assert not (base / "ledgers" / "current" / "0.log").exists()
+        assert await in_thread(_java_ledger_3, service) == before
+    finally:
+        await service.stop()
+    _assert_logs_and_index_readable(base / "ledgers" / "current", 3)
+    service = await start_bookie(tmp_path, uri=uri, **flags)
+    try:
+        assert await in_thread(_java_ledger_3, service) == before
+    finally:
+        await service.stop()
+
+
+def _java_ledger_3(service: BookieService) -> list[tuple[int, bytes]]:
+    with WireClient("127.0.0.1", service.port) as c:
+        c.send_payloads([wire.encode_read_request(3, e) for e in range(200)])
+        return [(r.rc, r.entry) for r in c.receive(200) if isinstance(r, wire.ReadResponse)]
+
+
+def _assert_logs_and_index_readable(current: Path, ledger_id: int) -> None:
+    """Every entry log scans to its end with the inspect readers, and the ledger's index names only
+    records of logs that exist, holding that ledger's entries."""
+    from bkctl.files.entrylog import entry_log_records, open_entry_log
+    from bkctl.files.index import index_entries, open_index
+    from bkctl.protocol import entrylog_format as ef
+
+    records = {}
+    for path in current.glob("*.log"):
+        scan = entry_log_records(open_entry_log(path))
+        log_id = ef.parse_log_file_name(path.name)
+        assert log_id is not None
+        for offset, kind, body in scan:
+            if kind is ef.RecordKind.DATA:
+                records[ef.entry_location(log_id, offset + 4)] = ef.record_key(body)
+        assert scan.stop is not None and not scan.stop.is_error, (path, scan.stop)
+    index = next(current.glob(f"*/*/{ledger_id:x}.idx"))
+    entries = list(index_entries(open_index(index)))
+    assert len(entries) == 134
+    for entry_id, log_id, offset in entries:
+        assert records[ef.entry_location(log_id, offset)] == (ledger_id, entry_id)

@@ -39,13 +39,8 @@ def copy_bookie1(tmp_path: Path) -> Path:
     return base
 
 
-@twisted_test
-async def test_java_bookie_dirs_served_byte_for_byte(tmp_path: Path) -> None:
-    uri = metadata_uri(tmp_path, instance_id=JAVA_INSTANCE_ID)
-    base = copy_bookie1(tmp_path)
-    with pytest.raises(ConflictError, match="journal directories differ"):
-        await start_bookie(tmp_path, uri=uri, bookieId=BOOKIE1)
-
+def update_cookies(base: Path, uri: str) -> None:
+    """`bkctl bookie cookie update` for the copy's directories (the documented fix for a moved disk)."""
     command = ["bookie", "cookie", "update", "--bookie-id", BOOKIE1, "--metadata", uri]
     command += ["-j", str(base / "journal"), "-l", str(base / "ledgers")]
     update = subprocess.run(
@@ -57,6 +52,16 @@ async def test_java_bookie_dirs_served_byte_for_byte(tmp_path: Path) -> None:
         check=False,
     )
     assert update.returncode == 0, update.stderr
+
+
+@twisted_test
+async def test_java_bookie_dirs_served_byte_for_byte(tmp_path: Path) -> None:
+    uri = metadata_uri(tmp_path, instance_id=JAVA_INSTANCE_ID)
+    base = copy_bookie1(tmp_path)
+    with pytest.raises(ConflictError, match="journal directories differ"):
+        await start_bookie(tmp_path, uri=uri, bookieId=BOOKIE1)
+
+    update_cookies(base, uri)
     cookie = decode_cookie((base / "ledgers" / "current" / "VERSION").read_bytes())
     assert (cookie.bookie_id, cookie.instance_id) == (BOOKIE1, JAVA_INSTANCE_ID)
     assert cookie.ledger_dirs == (str(base / "ledgers"),)
