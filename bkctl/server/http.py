@@ -101,7 +101,12 @@ class Gc(_Leaf):
             run.addErrback(lambda failure: None)  # logged by the collector
             return _json(request, f"Triggered GC on BookieServer: {self.bookie.bookie_id}")
 
+        gone: list[object] = []  # the client went away: nothing to answer
+        request.notifyFinish().addErrback(gone.append)
+
         def answer(result: object) -> None:
+            if gone:
+                return
             if isinstance(result, Failure):
                 request.write(_json(request, {"error": result.getErrorMessage()}, 500))
             else:
