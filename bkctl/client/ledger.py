@@ -130,6 +130,8 @@ class LedgerHandle:
         self._failed: dict[int, str] = {}  # ensemble index -> the bookie that failed there
         self._copies_missed: set[str] = set()  # bookies an acknowledged entry did not reach
         self._copies_marked: set[str] = set()  # ... of which the under-replication mark names these
+        self._unanswered = 0  # adds sent to a bookie and not answered (nor timed out) yet
+        self._answered: list[Deferred[None]] = []  # a close waiting for _unanswered to reach 0
         self._ensemble = list(metadata.segments[-1].ensemble)
         self._targets: list[tuple[BookieClient, OnReply, str]] = []  # per ensemble index, see _bookie_targets
         self._write_sets = [
@@ -290,6 +292,7 @@ class LedgerHandle:
                 batches[index].append(item)
         for (target, on_reply, _), batch in zip(targets, batches, strict=True):
             if batch:
+                self._unanswered += len(batch)
                 target.send_adds(batch, on_reply)
 
     def _bookie_targets(self) -> list[tuple[BookieClient, OnReply, str]]:
@@ -308,9 +311,13 @@ class LedgerHandle:
     def _send(self, add: _Add, index: int) -> None:
         assert add.frame is not None
         target, on_reply, _ = self._bookie_targets()[index]
+        self._unanswered += 1
         target.send_adds([(add_key(self.ledger_id, add.entry_id), add.frame, add)], on_reply)
 
     def _add_done(self, index: int, bookie: str, add: _Add, rc: int, _: bytes) -> None:
+        self._unanswered -= 1
+        if not self._unanswered and self._answered:
+            self._notify_answered()
         if self._error is not None:
             return
         if add.entry_id <= self.last_add_confirmed:
@@ -379,6 +386,26 @@ class LedgerHandle:
                 add.deferred.errback(type(error)(str(error)))
         self._notify_drained()
 
+    def _wait_answered(self) -> Deferred[None]:
+        """Fires when every add sent was answered or timed out; never later than a bound, should a reply
+        go astray (the close goes on then, without marks for copies it could not see missed)."""
+        if not self._unanswered:
+            return defer.succeed(None)
+        waiter: Deferred[None] = Deferred()
+        self._answered.append(waiter)
+        waiter.addTimeout(2 * limits.CLIENT_REQUEST_TIMEOUT_MS / 1000, self.client.reactor)
+
+        def late(failure: Failure) -> None:
+            log.warning("ledger %d: %d adds still unanswered at its close", self.ledger_id, self._unanswered)
+
+        return waiter.addErrback(late)
+
+    def _notify_answered(self) -> None:
+        waiters, self._answered = self._answered, []
+        for waiter in waiters:
+            if not waiter.called:  # not given up on by its bound
+                waiter.callback(None)
+
     def _notify_drained(self) -> None:
         waiters, self._drained = self._drained, []
         for waiter in waiters:
@@ -399,6 +426,8 @@ class LedgerHandle:
         change); beyond Java, the ledger is then marked under-replicated naming `bookie`, so autorecovery
         copies what is missing instead of waiting for a periodic check to notice."""
         self._copies_missed.add(bookie)
+        if self._closing is not None:
+            return  # the close marks every bookie that missed a copy, once all have answered
         if self._ensemble[index] == bookie:
             self._bookie_failed(index, bookie)
         elif not self._changing:
@@ -557,6 +586,10 @@ class LedgerHandle:
             return
         await self._wait_drained()
         await self.close_metadata(self.last_add_confirmed, self.length)
+        # Acknowledged entries may still be on their way to a slow or hung bookie: wait until every copy
+        # answered or timed out (the request timeout bounds it), so a copy missed is marked, not lost
+        # from sight when the writer's process ends right after its close.
+        await self._wait_answered()
         await self._mark_missed_copies(closed=True)
         if self._error is not None:
             raise type(self._error)(str(self._error))

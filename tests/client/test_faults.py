@@ -172,3 +172,24 @@ async def test_a_copy_missed_by_an_acknowledged_entry_changes_the_ensemble_and_m
         assert mark is not None and mark.value.replicas == (silent,)
     finally:
         await cluster.stop()
+
+
+@twisted_test
+async def test_a_close_waits_for_a_hung_bookies_copies_and_marks_the_ledger(tmp_path: Path) -> None:
+    """Found by the chaos checker: a ledger closed while a hung bookie still owed answers for entries
+    the others had acknowledged was left short of those copies with no mark (the writer's process ends
+    after its close). The close now waits until every copy answered or timed out, then marks."""
+    cluster = await Cluster(tmp_path).start(2)
+    try:
+        hung = await cluster.silent_bookie()
+        client = cluster.client(request_timeout_ms=500)
+        ensemble = [*(b.bookie_id for b in cluster.bookies), hung]
+        writer = await bounded(client.create_ledger(3, 3, 2, password=PW, ensemble=ensemble))
+        assert await bounded(writer.add_many([b"x"] * 5)) == list(range(5))  # 2 of 3: acknowledged
+        await bounded(writer.close())  # at once, before the hung bookie's requests time out
+        md = (await in_thread(cluster.layout.read_ledger, writer.ledger_id)).value  # type: ignore[union-attr]
+        assert (md.state, md.last_entry_id) == (LedgerState.CLOSED, 4)
+        mark = await in_thread(cluster.layout.read_underreplicated, writer.ledger_id)  # type: ignore[union-attr]
+        assert mark is not None and mark.value.replicas == (hung,)
+    finally:
+        await cluster.stop()
