@@ -5,9 +5,9 @@ A mark names the bookies the auditor found lost. Those that are registered again
 goes). For the others the ledger's fragments are copied and swapped as `bkctl recover` does, to this
 daemon's bookie when it runs beside one (as Java's worker does) or wherever placement says. An open
 ledger whose last ensemble lost a bookie is left to its writer: the worker fences it after its grace
-period and asks again. A bookie of the mark that is alive is checked entry by entry; where it lacks
-entries they are repaired (`live`: sealed fragments move, an open tail is copied back in place) and
-the writer is never fenced for it.
+period and asks again. A bookie of the mark that is alive is checked (first and last entry of each
+fragment); where it lacks entries they are repaired (`live`: sealed fragments move, an open tail is
+copied back in place) and the writer is never fenced for it.
 """
 
 from __future__ import annotations
@@ -50,9 +50,11 @@ class LedgerRepairer:
         alive = [b for b in missing if b not in lost]
         live: frozenset[tuple[str, int]] = frozenset()
         if alive:
-            # Marked by a check (a wiped disk), by a writer (a copy an acknowledged add missed: maybe
-            # one entry mid-fragment, hence every entry checked), or back since the audit: ask them.
-            check = await check_ledger(self.client, ledger_id, full=True)
+            # Marked by a check (a wiped disk), by a writer (copies acknowledged adds missed: the tail
+            # of a fragment, the entries after the bookie failed), or back since the audit: ask them,
+            # first and last entry of each fragment as Java does (every entry would read whole ledgers
+            # again after each bookie restart that the auditor marked).
+            check = await check_ledger(self.client, ledger_id)
             bad = [s.fragment for s in check.states if not s.ok and s.fragment.bookie in alive]
             lost += sorted({f.bookie for f in bad})
             live = frozenset((f.bookie, f.segment) for f in bad)  # repaired where they lack entries
