@@ -95,7 +95,7 @@ def layout(db: Path, action: str, ledger_ids: list[int]) -> None:
                 cluster.delete_ledger(ledger_id)
 
 
-def start_bookie(base: Path, db: Path, log_mb: int) -> tuple[subprocess.Popen[str], int, int]:
+def start_bookie(base: Path, db: Path, log_mb: int, rate: int = 0) -> tuple[subprocess.Popen[str], int, int]:
     conf = base / "bk_server.conf"
     keys = {
         "bookiePort": "0",
@@ -104,7 +104,8 @@ def start_bookie(base: Path, db: Path, log_mb: int) -> tuple[subprocess.Popen[st
         "ledgerDirectories": str(base / "ledgers"),
         "logSizeLimit": str(log_mb * MB),
         "gcWaitTime": "0",
-        "compactionRateByEntries": "0",
+        "compactionRateByEntries": str(rate),
+        **({"journalSyncData": "false"} if __import__("os").environ.get("XX_NOSYNC") else {}),
         "metadataServiceUri": f"sqlite://{db}",
     }
     conf.write_text("".join(f"{k}={v}\n" for k, v in keys.items()))
@@ -226,7 +227,7 @@ def part_compaction(base: Path, args: argparse.Namespace) -> dict[str, Any]:
     db = base / "metadata.db"
     ledger_ids = list(range(1, args.ledgers + 1))
     layout(db, "create", [*ledger_ids, WRITER_LEDGER])
-    proc, port, http_port = start_bookie(base, db, args.log_mb)
+    proc, port, http_port = start_bookie(base, db, args.log_mb, args.rate)
     try:
         fill(port, ledger_ids, args.ledger_mb)
         layout(db, "delete", ledger_ids[::2])
@@ -263,14 +264,20 @@ def main() -> None:
     parser.add_argument("--log-mb", type=int, default=128, help="logSizeLimit in MB")
     parser.add_argument("--baseline-s", type=float, default=5.0, help="writer alone before the compaction")
     parser.add_argument("--dir", type=Path, default=None, help="where the bookie's directories go")
+    parser.add_argument("--parts", default="space,compaction", help="which parts to run")
+    parser.add_argument(
+        "--rate", type=int, default=0, help="compactionRateByEntries of part 2 (0: unthrottled)"
+    )
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="bkctl-gc-", dir=args.dir))
     try:
-        space = part_space(base / "space", args)
-        print(json.dumps({"space": space}, indent=2), flush=True)
-        shutil.rmtree(base / "space")
-        compaction = part_compaction(base / "compaction", args)
-        print(json.dumps({"compaction": compaction}, indent=2), flush=True)
+        if "space" in args.parts:
+            space = part_space(base / "space", args)
+            print(json.dumps({"space": space}, indent=2), flush=True)
+            shutil.rmtree(base / "space")
+        if "compaction" in args.parts:
+            compaction = part_compaction(base / "compaction", args)
+            print(json.dumps({"compaction": compaction}, indent=2), flush=True)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

@@ -62,7 +62,7 @@ _SIZE_PREFIX: Final = 4
 _CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 READ_CHUNK: Final = 4 * 1024 * 1024
 # The GIL switch interval while compaction copies (see _short_gil_slices).
-COMPACTION_SWITCH_INTERVAL_S: Final = 0.0005
+COMPACTION_SWITCH_INTERVAL_S: Final = float(os.environ.get("XX_SWITCH", "0.0005"))
 _PAGES_CACHED_MAX: Final = 1024
 
 
@@ -580,19 +580,21 @@ class GarbageCollector:
         await self.storage.when_idle()
         if self._halted():
             return
-        for usage in empty:  # synchronous; liveness checked again now
+        retired = []
+        for usage in empty:  # liveness checked again now (a ledger re-created since holds the log)
             sizes = self._sizes[usage.log_id][0]
             if any(self.storage.holds_ledger(ledger_id) for ledger_id in sizes):
                 continue
-            freed = self.storage.remove_entry_log(usage.log_id, usage.path)
+            self.storage.retire_entry_log(usage.log_id)
             del self._sizes[usage.log_id]
-            report["entry_logs_removed"].append(usage.log_id)
-            report["bytes_reclaimed"] += freed
-            self.metrics.logs_removed += 1
-            self.metrics.bytes_reclaimed += freed
             usages.pop(usage.log_id)
-        with_markers = [marker_path(u.path) for u in empty]
-        await self._in_thread(_unlink_all, with_markers)
+            retired.append(usage)
+        freed = await self._in_thread(_remove_files, [u.path for u in retired])
+        report["entry_logs_removed"] += [u.log_id for u in retired]
+        report["bytes_reclaimed"] += freed
+        self.metrics.logs_removed += len(retired)
+        self.metrics.bytes_reclaimed += freed
+        await self._in_thread(_remove_files, [marker_path(u.path) for u in empty])
 
     def _due(self, force_major: bool, force_minor: bool) -> tuple[str, float]:
         """("major" | "minor" | "", threshold) for this run."""
@@ -630,10 +632,11 @@ class GarbageCollector:
         if self._halted():
             return
         fault_point("compaction-before-remove")
-        freed = self.storage.remove_entry_log(usage.log_id, usage.path)
+        self.storage.retire_entry_log(usage.log_id)
         self._sizes.pop(usage.log_id, None)
+        freed = await self._in_thread(_remove_files, [usage.path])
         fault_point("compaction-removed")
-        await self._in_thread(_unlink_all, [marker])
+        await self._in_thread(_remove_files, [marker])
         reclaimed = max(0, freed - moved_bytes)
         report["entry_logs_compacted"].append(usage.log_id)
         report["entries_moved"] += moved
@@ -691,6 +694,14 @@ def _markers(directories: list[Path], old: dict[int, Path], logs: dict[int, Path
     return marked
 
 
-def _unlink_all(paths: list[Path]) -> None:
+def _remove_files(paths: list[Path]) -> int:
+    """Unlink each file (gone already is fine); the bytes they held."""
+    freed = 0
     for path in paths:
-        path.unlink(missing_ok=True)
+        try:
+            size = path.stat().st_size
+            path.unlink()
+        except FileNotFoundError:
+            continue
+        freed += size
+    return freed

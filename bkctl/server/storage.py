@@ -857,17 +857,12 @@ class Storage:
         self._moves.append(moved)
         return self.checkpoint()
 
-    def remove_entry_log(self, log_id: int, path: Path) -> int:
-        """Delete an entry log no index slot points into (only while idle); the bytes freed."""
-        if self._running is not None or log_id == self._writer.log_id:
-            raise RuntimeError(f"entry log {log_id} cannot be removed now")
+    def retire_entry_log(self, log_id: int) -> None:
+        """Close the reader's file of an entry log no index slot names any more, before its removal (the
+        unlink itself goes to a pool thread: a big file's takes ~20 ms). Never the current log."""
+        if log_id == self._writer.log_id:
+            raise RuntimeError(f"entry log {log_id} is being written")
         self._reader.forget(log_id)
-        try:
-            size = path.stat().st_size
-            path.unlink()
-        except FileNotFoundError:
-            return 0
-        return size
 
     # --- stop, info -----------------------------------------------------------------------------
 
