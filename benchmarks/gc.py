@@ -95,12 +95,14 @@ def layout(db: Path, action: str, ledger_ids: list[int]) -> None:
                 cluster.delete_ledger(ledger_id)
 
 
-def start_bookie(base: Path, db: Path, log_mb: int, rate: int = 0) -> tuple[subprocess.Popen[str], int, int]:
+def start_bookie(
+    base: Path, db: Path, log_mb: int, rate: int = 0, journal: Path | None = None
+) -> tuple[subprocess.Popen[str], int, int]:
     conf = base / "bk_server.conf"
     keys = {
         "bookiePort": "0",
         "httpServerPort": "0",
-        "journalDirectories": str(base / "journal"),
+        "journalDirectories": str(journal / base.name if journal else base / "journal"),
         "ledgerDirectories": str(base / "ledgers"),
         "logSizeLimit": str(log_mb * MB),
         "gcWaitTime": "0",
@@ -227,7 +229,7 @@ def part_compaction(base: Path, args: argparse.Namespace) -> dict[str, Any]:
     db = base / "metadata.db"
     ledger_ids = list(range(1, args.ledgers + 1))
     layout(db, "create", [*ledger_ids, WRITER_LEDGER])
-    proc, port, http_port = start_bookie(base, db, args.log_mb, args.rate)
+    proc, port, http_port = start_bookie(base, db, args.log_mb, args.rate, args.journal_dir)
     try:
         fill(port, ledger_ids, args.ledger_mb)
         layout(db, "delete", ledger_ids[::2])
@@ -265,6 +267,7 @@ def main() -> None:
     parser.add_argument("--baseline-s", type=float, default=5.0, help="writer alone before the compaction")
     parser.add_argument("--dir", type=Path, default=None, help="where the bookie's directories go")
     parser.add_argument("--parts", default="space,compaction", help="which parts to run")
+    parser.add_argument("--journal-dir", type=Path, default=None, help="part 2's journal on another device")
     parser.add_argument(
         "--rate", type=int, default=0, help="compactionRateByEntries of part 2 (0: unthrottled)"
     )

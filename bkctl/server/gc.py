@@ -47,6 +47,7 @@ from bkctl.protocol import index_format as ixf
 from bkctl.protocol.entrylog_format import RecordKind
 from bkctl.protocol.scanning import ScanStop
 from bkctl.server.faults import fault_point
+from bkctl.server.gc_scan import ScanChild
 from bkctl.server.storage import Moved, Storage
 
 log = logging.getLogger("bkctl.bookie")
@@ -341,6 +342,7 @@ class GarbageCollector:
         self._reactor = reactor
         self._on_run_done = on_run_done
         self._compacting = ""  # "major", "minor" or "resume" while compacting
+        self._scan = ScanChild()  # compaction's scans run in a child process (see gc_scan.py)
         self._lock = DeferredLock()
         self._loop: task.LoopingCall | None = None
         self._stopped = False
@@ -367,6 +369,7 @@ class GarbageCollector:
         self._stopped = True
         if self._loop is not None and self._loop.running:
             self._loop.stop()
+        self._scan.close()
 
     def _periodic(self) -> None:
         if not self._lock.locked:
@@ -620,14 +623,19 @@ class GarbageCollector:
             path = self.storage.index_path(ledger_id)
             if path is not None:
                 index_paths[ledger_id] = path
-        records = LiveRecords(usage.log_id, usage.path, index_paths)
+        scan = self._scan
         try:
+            await self._in_thread(scan.start, usage.log_id, usage.path, index_paths, BATCH_BYTES)
             with _short_gil_slices():
-                moved, moved_bytes = await self._copy(records)
-        finally:
-            records.close()
-        if records.error is not None:
-            raise OSError(records.error)
+                moved, moved_bytes = await self._copy(scan)
+        except BaseException:
+            scan.close()  # its answers for this log may still be coming
+            raise
+        if self._halted():
+            scan.close()
+            return
+        if scan.error is not None:
+            raise OSError(scan.error)
         await self.storage.when_idle()
         if self._halted():
             return
@@ -648,7 +656,7 @@ class GarbageCollector:
         m.bytes_moved += moved_bytes
         m.bytes_reclaimed += reclaimed
 
-    async def _copy(self, records: LiveRecords) -> tuple[int, int]:
+    async def _copy(self, records: ScanChild) -> tuple[int, int]:
         """Every live record of the log into the current one, batch by batch through the checkpoint
         (throttled); (entries, bytes) copied."""
         by_bytes = self.settings.throttle_by_bytes

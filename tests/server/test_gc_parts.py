@@ -120,3 +120,28 @@ def test_live_records_stop_at_corrupt_data(tmp_path: Path) -> None:
     while records.next_batch() is not None:
         pass
     assert records.error is not None and "shorter" in records.error
+
+
+def test_scan_child_process_answers_as_the_in_process_scan(tmp_path: Path) -> None:
+    """The child process (`python -m bkctl.server.gc_scan`) gives the same records, then the error of a
+    corrupt log, and serves several logs in turn."""
+    from bkctl.server.gc_scan import ScanChild
+
+    log, paths, kept = _log_and_index(tmp_path, 4096)
+    child = ScanChild()
+    try:
+        child.start(5, log, paths, 500)
+        batches = []
+        while (batch := child.next_batch()) is not None:
+            batches.append(batch)
+        assert child.error is None and child.scanned == 12
+        assert _moved(batches) == kept
+        data = bytearray(log.read_bytes())
+        data[1024 + 4 + 116 : 1024 + 8 + 116] = (7).to_bytes(4, "big")
+        log.write_bytes(bytes(data))
+        child.start(5, log, paths, 500)
+        while child.next_batch() is not None:
+            pass
+        assert child.error is not None and "shorter" in child.error
+    finally:
+        child.close()

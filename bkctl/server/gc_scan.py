@@ -1,0 +1,139 @@
+"""Compaction's scan of an old entry log in a child process, so that its per-record Python work does not
+take the bookie's GIL from the reactor thread (a concurrent writer's add latency).
+
+The child (`python -m bkctl.server.gc_scan`) reads one JSON request per line on stdin (log id, path,
+index files, batch size) and answers with frames on stdout: each batch of live records, then an end or
+error frame. It holds nothing but read-only file descriptors and exits when stdin closes (the bookie
+stopped or was killed). `ScanChild` is the bookie's side; `LiveRecords` (gc.py) does the scan.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import struct
+import subprocess
+import sys
+from pathlib import Path
+from typing import IO, Any, Final
+
+from bkctl.server.storage import Moved
+
+log = logging.getLogger("bkctl.bookie")
+
+_FRAME: Final = struct.Struct(">iqqq")  # kind, bytes of records, records, records scanned so far
+_BATCH, _END, _ERROR = 1, 2, 3
+
+
+class ScanChild:
+    """The bookie's side: one child process for every log a GC run compacts (started on first use)."""
+
+    def __init__(self) -> None:
+        self._proc: subprocess.Popen[bytes] | None = None
+        self.scanned = 0
+        self.error: str | None = None
+        self._open = False
+
+    def start(self, log_id: int, path: Path, index_paths: dict[int, Path], batch_bytes: int) -> None:
+        """Ask for one log's live records (blocking: call from a pool thread)."""
+        if self._proc is None or self._proc.poll() is not None:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "bkctl.server.gc_scan"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                close_fds=True,
+            )
+        request = {
+            "log_id": log_id,
+            "path": str(path),
+            "index": {str(k): str(v) for k, v in index_paths.items()},
+            "batch_bytes": batch_bytes,
+        }
+        assert self._proc.stdin is not None
+        self._proc.stdin.write(json.dumps(request).encode() + b"\n")
+        self._proc.stdin.flush()
+        self.scanned, self.error, self._open = 0, None, True
+
+    def next_batch(self) -> Moved | None:
+        """The next batch (blocking); None at the end of the log, with `error` set if it stopped on
+        corrupt data; OSError when the child died."""
+        if not self._open:
+            return None
+        assert self._proc is not None and self._proc.stdout is not None
+        kind, size, count, self.scanned = _FRAME.unpack(_read(self._proc.stdout, _FRAME.size))
+        body = _read(self._proc.stdout, size + 4 * 8 * count)
+        if kind == _BATCH:
+            return _decode(body, size, count)
+        self._open = False
+        if kind == _ERROR:
+            self.error = body.decode(errors="replace")
+        return None
+
+    def close(self) -> None:
+        """Kill the child: after a compaction that stopped half-way its answers are out of step."""
+        proc, self._proc = self._proc, None
+        self._open = False
+        if proc is not None:
+            proc.kill()
+            proc.wait(5)
+            for stream in (proc.stdin, proc.stdout):
+                if stream is not None:
+                    stream.close()
+
+
+def _read(stream: IO[bytes], size: int) -> bytes:
+    data = stream.read(size)
+    if data is None or len(data) < size:
+        raise OSError("the compaction scan process ended")
+    return data
+
+
+def _encode(kind: int, batch: Moved, scanned: int) -> list[bytes | bytearray]:
+    parts: list[bytes | bytearray] = [
+        _FRAME.pack(kind, len(batch.records), len(batch), scanned),
+        batch.records,
+    ]
+    parts += [column.tobytes() for column in (batch.starts, batch.ledgers, batch.entries, batch.old)]
+    return parts
+
+
+def _decode(body: bytes, size: int, count: int) -> Moved:
+    batch = Moved(bytearray(body[:size]))
+    at = size
+    for column in (batch.starts, batch.ledgers, batch.entries, batch.old):
+        column.frombytes(body[at : at + 8 * count])
+        at += 8 * count
+    return batch
+
+
+def _answer(out: IO[bytes], request: dict[str, Any]) -> None:
+    from bkctl.server.gc import LiveRecords
+
+    paths = {int(k): Path(v) for k, v in request["index"].items()}
+    records = LiveRecords(int(request["log_id"]), Path(request["path"]), paths)
+    try:
+        while (batch := records.next_batch(int(request["batch_bytes"]))) is not None:
+            out.writelines(_encode(_BATCH, batch, records.scanned))
+    except OSError as exc:
+        records.error = f"{request['path']}: {exc}"
+    finally:
+        records.close()
+    if records.error is not None:
+        message = records.error.encode()
+        out.write(_FRAME.pack(_ERROR, len(message), 0, records.scanned) + message)
+    else:
+        out.write(_FRAME.pack(_END, 0, 0, records.scanned))
+    out.flush()
+
+
+def main() -> None:
+    """The child: one request per stdin line until stdin closes."""
+    out = sys.stdout.buffer
+    for line in sys.stdin.buffer:
+        _answer(out, json.loads(line))
+
+
+if __name__ == "__main__":
+    os.environ.pop("BKCTL_FAULT_POINT", None)  # fault points are the bookie's
+    main()
