@@ -92,6 +92,16 @@ class ZooKeeperServer:
         self.stop()
         raise UnavailableError(f"ZooKeeper did not start in {timeout_s:.0f} s: {self.log_tail()}")
 
+    def pause(self, seconds: float) -> None:
+        """SIGSTOP the server for `seconds` (a long GC pause, a partition), then SIGCONT, whatever
+        happens meanwhile: sessions past their timeout expire."""
+        assert self._proc is not None
+        self._proc.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(seconds)
+        finally:
+            self._proc.send_signal(signal.SIGCONT)
+
     def restart(self, down_s: float = 0.0, timeout_s: float = START_TIMEOUT_S) -> None:
         """kill -9, stay down `down_s` (the port refuses connections), start again on the same port and
         data directory: the sessions and nodes of before are still there."""

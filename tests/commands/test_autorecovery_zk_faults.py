@@ -9,7 +9,6 @@ ensemble naming the dead bookie or a bookie twice, and every entry on every book
 from __future__ import annotations
 
 import json
-import os
 import signal
 import time
 from collections.abc import Iterator
@@ -118,12 +117,7 @@ def test_zookeeper_paused_past_the_session_timeout_while_a_lost_bookie_heals(tmp
             live = set(ids) - {dead}
             until(lambda: first_mark(layout) is not None, "the dead bookie's ledgers marked", 60)
             votes_before = layout.auditor_votes()
-            assert server.pid is not None
-            os.kill(server.pid, signal.SIGSTOP)
-            try:
-                time.sleep(PAUSE_S)
-            finally:
-                os.kill(server.pid, signal.SIGCONT)
+            server.pause(PAUSE_S)
             until(lambda: healed(layout, dead), "healed after the pause", HEAL_WAIT_S)
             until(lambda: one_auditor(layout, live), "exactly one auditor after the pause", 60)
             assert_healed(layout, uri, dead, full_check=12)

@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -58,12 +57,7 @@ def test_a_write_rides_through_a_zookeeper_pause(tmp_path: Path) -> None:
     with zk_cluster(tmp_path) as (server, ids):
         uri = server.hosts
         writer = start_writer(uri, 150_000)
-        assert server.pid is not None
-        os.kill(server.pid, signal.SIGSTOP)
-        try:
-            time.sleep(PAUSE_S)
-        finally:
-            os.kill(server.pid, signal.SIGCONT)
+        server.pause(PAUSE_S)
         out, err = writer.communicate(timeout=180)
         assert writer.returncode == 0, err
         document = json.loads(out)
