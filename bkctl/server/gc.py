@@ -48,7 +48,8 @@ from bkctl.protocol.entrylog_format import RecordKind
 from bkctl.protocol.scanning import ScanStop
 from bkctl.server.faults import fault_point
 from bkctl.server.gc_scan import ScanChild
-from bkctl.server.storage import Moved, Storage
+from bkctl.server.moves import Moved
+from bkctl.server.storage import Storage
 
 log = logging.getLogger("bkctl.bookie")
 

@@ -15,6 +15,7 @@ import logging
 import os
 import struct
 import threading
+from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -195,10 +196,14 @@ class IndexStore:
                 write_all(fd, [page], ixf.HEADER_SIZE + page_no * ixf.PAGE_SIZE)
                 self._remember((ledger_id, page_no), page)
 
-    def relocate(self, ledger_id: int, moves: list[tuple[int, int, int]]) -> int:
-        """Compaction: each (entry id, old location, new location) whose slot still holds the old one
-        takes the new one; fsynced. A ledger deleted meanwhile (no file) is skipped, never re-created.
-        Returns the slots changed."""
+    def relocate(self, ledger_id: int, moves: list[tuple[array[int], bytes, bytes]]) -> int:
+        """Compaction: each entry's slot that still holds its old location takes the new one; fsynced.
+
+        `moves` holds (entry ids, old locations, new locations), locations as big-endian slots. A run of
+        consecutive entry ids on one page is compared and replaced as one slice (no Python per entry);
+        an entry rewritten since the scan keeps its newer slot. A ledger deleted meanwhile (no file) is
+        skipped, never re-created. Returns the slots changed.
+        """
         path = self.find(ledger_id)
         if path is None or not moves:
             return 0
@@ -206,30 +211,49 @@ class IndexStore:
             fd = os.open(path, os.O_RDWR | _CLOEXEC)
         except FileNotFoundError:
             return 0
-        changed = 0
         try:
-            by_page: dict[int, list[tuple[int, int, int]]] = {}
-            for move in moves:
-                by_page.setdefault(move[0] // ixf.SLOTS_PER_PAGE, []).append(move)
-            for page_no, page_moves in sorted(by_page.items()):
-                with self._lock:
-                    values = list(_PAGE.unpack(self._page(ledger_id, page_no, path, fd)))
-                    count = 0
-                    for entry_id, old, new in page_moves:
-                        slot = entry_id % ixf.SLOTS_PER_PAGE
-                        if values[slot] == old:  # else rewritten since the scan: the newer slot stays
-                            values[slot] = new
-                            count += 1
-                    if count:
-                        page = _PAGE.pack(*values)
-                        write_all(fd, [page], ixf.HEADER_SIZE + page_no * ixf.PAGE_SIZE)
-                        self._remember((ledger_id, page_no), page)
-                        changed += count
+            changed = sum(self._relocate(fd, ledger_id, path, *move) for move in moves)
             if changed:
                 os.fsync(fd)
         finally:
             os.close(fd)
         return changed
+
+    def _relocate(
+        self, fd: int, ledger_id: int, path: Path, entries: array[int], olds: bytes, news: bytes
+    ) -> int:
+        changed = 0
+        page_no, page, dirty = -1, bytearray(), False
+        at, count, singles = 0, len(entries), 0  # singles: entries left to take one by one
+        while at < count:
+            first = entries[at]
+            number, slot = divmod(first, ixf.SLOTS_PER_PAGE)
+            if number != page_no:
+                if dirty:
+                    self._put_page(fd, ledger_id, page_no, bytes(page))
+                with self._lock:
+                    page = bytearray(self._page(ledger_id, number, path, fd))
+                page_no, dirty = number, False
+            run = 1 if singles else min(count - at, ixf.SLOTS_PER_PAGE - slot)
+            if run > 1 and entries[at + run - 1] - first != run - 1:
+                run = 1  # not consecutive ids: entry by entry
+            here, there, size = slot * ixf.SLOT_SIZE, at * ixf.SLOT_SIZE, run * ixf.SLOT_SIZE
+            if page[here : here + size] == olds[there : there + size]:
+                page[here : here + size] = news[there : there + size]
+                changed, dirty = changed + run, True
+            elif run > 1:
+                singles = run  # a slot of the run moved on since the scan: this run entry by entry
+                continue
+            at += run
+            singles = max(0, singles - 1)
+        if dirty:
+            self._put_page(fd, ledger_id, page_no, bytes(page))
+        return changed
+
+    def _put_page(self, fd: int, ledger_id: int, page_no: int, page: bytes) -> None:
+        with self._lock:
+            write_all(fd, [page], ixf.HEADER_SIZE + page_no * ixf.PAGE_SIZE)
+            self._remember((ledger_id, page_no), page)
 
     def delete(self, ledger_id: int) -> Path | None:
         """Remove a ledger's index file and forget its pages (garbage collection); the removed path."""

@@ -18,7 +18,6 @@ import random
 import shutil
 import struct
 import time
-from array import array
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +43,7 @@ from bkctl.server.faults import fault_point
 from bkctl.server.index import IndexStore
 from bkctl.server.journal import JournalSettings, JournalWriter, Mark, list_journals, remove_old_journals
 from bkctl.server.metrics import StorageMetrics
+from bkctl.server.moves import Moved, write_moves
 from bkctl.server.replay import ReplayReport, merge_reports, replay
 from bkctl.server.replay_runs import ReplayRuns
 from bkctl.server.write_cache import SIZE_PREFIX, LedgerBuffer, WriteCache, shifted_slots
@@ -81,21 +81,6 @@ CHECKPOINT_AT_FRACTION: Final = 1 / 16
 CHECKPOINT_JITTER: Final = (0.5, 1.5)
 
 __all__ = ["Moved", "ReplayReport", "Storage", "StorageConfig"]
-
-
-@dataclass
-class Moved:
-    """Compaction's live records of an old entry log, back to back as in any entry log (size prefix +
-    stored entry), with each record's start in `records`, its key and its old index location."""
-
-    records: bytearray = field(default_factory=bytearray)
-    starts: array[int] = field(default_factory=lambda: array("q"))
-    ledgers: array[int] = field(default_factory=lambda: array("q"))
-    entries: array[int] = field(default_factory=lambda: array("q"))
-    old: array[int] = field(default_factory=lambda: array("q"))
-
-    def __len__(self) -> int:
-        return len(self.starts)
 
 
 @dataclass(frozen=True)
@@ -752,7 +737,7 @@ class Storage:
         slots: dict[int, bytes] = {}
         for ledger_id in sorted(cache.ledgers):
             slots[ledger_id] = _write_ledger(self._writer, ledger_id, cache.ledgers[ledger_id])
-        relocated = _write_moves(self._writer, moves)
+        relocated = write_moves(self._writer, moves)
         self._writer.flush()
         if relocated:
             fault_point("compaction-copied")  # the copies are durable, the index still names the old log
@@ -933,46 +918,6 @@ def _write_ledger(writer: EntryLogWriter, ledger_id: int, ledger: LedgerBuffer) 
             parts.append(shifted_slots(offsets, done, stop, (writer.log_id << 32) + position - begin))
             done = stop
     return b"".join(parts)
-
-
-def _write_moves(writer: EntryLogWriter, moves: list[Moved]) -> dict[int, list[tuple[int, int, int]]]:
-    """Append compaction's records, one pwrite per batch (split where the log rotates); per ledger,
-    (entry id, old location, new location)."""
-    relocated: dict[int, list[tuple[int, int, int]]] = {}
-    for batch in moves:
-        starts, total, done = batch.starts, len(batch), 0
-        with memoryview(batch.records) as records:
-            while done < total:
-                begin = starts[done]
-                stop = _fitting(starts, done, len(records), writer.room())
-                if stop <= done:
-                    if not writer.fresh:
-                        writer.rotate()
-                        continue
-                    stop = done + 1  # a fresh log takes one record, however big
-                end = starts[stop] if stop < total else len(records)
-                position = writer.write_block(records[begin:end], {})
-                base = (writer.log_id << 32) + position - begin + SIZE_PREFIX
-                sizes: dict[int, int] = {}
-                for k in range(done, stop):
-                    ledger_id = batch.ledgers[k]
-                    record_end = starts[k + 1] if k + 1 < stop else end
-                    sizes[ledger_id] = sizes.get(ledger_id, 0) + record_end - starts[k]
-                    moved = (batch.entries[k], batch.old[k], base + starts[k])
-                    relocated.setdefault(ledger_id, []).append(moved)
-                writer.count_ledger_bytes(sizes)
-                done = stop
-    return relocated
-
-
-def _fitting(starts: array[int], done: int, length: int, room: int) -> int:
-    """How many records from `done` on fit in `room` bytes: records [done, result) (record k spans
-    starts[k] to starts[k + 1], the last one to `length`)."""
-    begin = starts[done]
-    after = bisect.bisect_right(starts, begin + room, done)  # the first record starting past the room
-    if after == len(starts) and length - begin <= room:
-        return after
-    return after - 1
 
 
 def _availability(index: Path | None, cached: list[int]) -> bytes:
