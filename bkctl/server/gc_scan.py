@@ -63,13 +63,16 @@ class ScanChild:
         if not self._open:
             return None
         assert self._proc is not None and self._proc.stdout is not None
-        kind, size, count, self.scanned, runs = _FRAME.unpack(_read(self._proc.stdout, _FRAME.size))
-        body = _read(self._proc.stdout, size + 8 * (4 * count + 4 * runs))
+        stream = self._proc.stdout
+        kind, size, count, self.scanned, runs = _FRAME.unpack(_read(stream, bytearray(_FRAME.size)))
+        # Straight into the buffers the batch keeps: a 4 MiB copy holds the GIL for milliseconds.
+        records = _read(stream, bytearray(size))
+        columns = _read(stream, bytearray(8 * (4 * count + 4 * runs)))
         if kind == _BATCH:
-            return _decode(body, size, count, runs)
+            return _decode(records, columns, count, runs)
         self._open = False
         if kind == _ERROR:
-            self.error = body.decode(errors="replace")
+            self.error = records.decode(errors="replace")
         return None
 
     def close(self) -> None:
@@ -84,11 +87,16 @@ class ScanChild:
                     stream.close()
 
 
-def _read(stream: IO[bytes], size: int) -> bytes:
-    data = stream.read(size)
-    if data is None or len(data) < size:
-        raise OSError("the compaction scan process ended")
-    return data
+def _read(stream: IO[bytes], buffer: bytearray) -> bytearray:
+    """Fill `buffer` from the child's output (the reads release the GIL)."""
+    with memoryview(buffer) as view:
+        done = 0
+        while done < len(buffer):
+            got = stream.readinto(view[done:])  # type: ignore[attr-defined]
+            if not got:
+                raise OSError("the compaction scan process ended")
+            done += got
+    return buffer
 
 
 def _encode(kind: int, batch: Moved, scanned: int) -> list[bytes | bytearray]:
@@ -102,13 +110,14 @@ def _encode(kind: int, batch: Moved, scanned: int) -> list[bytes | bytearray]:
     return parts
 
 
-def _decode(body: bytes, size: int, count: int, runs: int) -> Moved:
-    batch = Moved(bytearray(body[:size]))
-    at = size
-    for column in (batch.starts, batch.ledgers, batch.entries, batch.old):
-        column.frombytes(body[at : at + 8 * count])
-        at += 8 * count
-    flat = array("q", body[at : at + 8 * 4 * runs])
+def _decode(records: bytearray, columns: bytearray, count: int, runs: int) -> Moved:
+    batch = Moved(records)
+    at = 0
+    with memoryview(columns) as view:
+        for column in (batch.starts, batch.ledgers, batch.entries, batch.old):
+            column.frombytes(view[at : at + 8 * count])
+            at += 8 * count
+        flat = array("q", view[at : at + 8 * 4 * runs].tobytes())
     batch.runs = [(flat[i], flat[i + 1], flat[i + 2], flat[i + 3]) for i in range(0, len(flat), 4)]
     return batch
 
