@@ -1,6 +1,6 @@
 """The bookie's admin HTTP endpoint (twisted.web): /heartbeat, /api/v1/bookie/info, /metrics, and Java's
 garbage collection endpoints /api/v1/bookie/gc (PUT triggers, GET says whether one runs) and
-/api/v1/bookie/gc_details.
+/api/v1/bookie/gc_details, and /api/v1/bookie/list_disk_file.
 
 /metrics is Prometheus text format 0.0.4. Everything is read from plain counters on the reactor
 thread (StorageMetrics, NetworkMetrics), so a scrape costs the bookie a few microseconds.
@@ -9,14 +9,19 @@ thread (StorageMetrics, NetworkMetrics), so a scrape costs the bookie a few micr
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+import os
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 from typing import Any, Protocol
 
+from twisted.internet import threads
+from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET
 
 from bkctl.protocol.wire import rc_name
+from bkctl.server.config import BookieConfig
 from bkctl.server.gc import GarbageCollector
 from bkctl.server.metrics import FSYNC_BUCKETS_MS
 from bkctl.server.protocol import NetworkMetrics
@@ -30,6 +35,7 @@ class BookieView(Protocol):
 
     bookie_id: str
     state: str
+    config: BookieConfig
     storage: Storage | None
     gc: GarbageCollector | None
     # More metrics from what runs in the same process (the autorecovery daemon of `--autorecovery`).
@@ -74,6 +80,24 @@ def _json(request: Any, value: object, code: int = 200) -> bytes:
     return json.dumps(value, indent=2, sort_keys=True).encode() + b"\n"
 
 
+def _answer_when_done(request: Any, result: Deferred[Any]) -> Any:
+    """Answer with `result`'s JSON when it fires (500 with its error if it fails); NOT_DONE_YET now."""
+    gone: list[object] = []  # the client went away: nothing to answer
+    request.notifyFinish().addErrback(gone.append)
+
+    def answer(value: object) -> None:
+        if gone:
+            return
+        if isinstance(value, Failure):
+            request.write(_json(request, {"error": value.getErrorMessage()}, 500))
+        else:
+            request.write(_json(request, value))
+        request.finish()
+
+    result.addBoth(answer)
+    return NOT_DONE_YET
+
+
 class Gc(_Leaf):
     """PUT triggers a run (body `{"forceMajor": true}` / `{"forceMinor": true}`, as Java's); with
     `?wait=true` (bkctl) the answer is the run's report once it is done. GET: `{"is_in_force_gc": ...}`."""
@@ -101,20 +125,7 @@ class Gc(_Leaf):
             run.addErrback(lambda failure: None)  # logged by the collector
             return _json(request, f"Triggered GC on BookieServer: {self.bookie.bookie_id}")
 
-        gone: list[object] = []  # the client went away: nothing to answer
-        request.notifyFinish().addErrback(gone.append)
-
-        def answer(result: object) -> None:
-            if gone:
-                return
-            if isinstance(result, Failure):
-                request.write(_json(request, {"error": result.getErrorMessage()}, 500))
-            else:
-                request.write(_json(request, result))
-            request.finish()
-
-        run.addBoth(answer)
-        return NOT_DONE_YET
+        return _answer_when_done(request, run)
 
 
 class GcDetails(_Leaf):
@@ -125,6 +136,41 @@ class GcDetails(_Leaf):
         if gc is None:
             return _json(request, {"error": "the bookie is not serving yet"}, 503)
         return _json(request, [gc.details()])
+
+
+# Java's list_disk_file: file_type -> (answer key, file suffix).
+DISK_FILE_KINDS = {
+    "journal": ("journal files", ".txn"),
+    "entrylog": ("entrylog files", ".log"),
+    "index": ("index files", ".idx"),
+}
+
+
+class ListDiskFiles(_Leaf):
+    """Java's `{"journal files": "name\t...", "entrylog files": ..., "index files": ...}`, or one of them
+    with `?file_type=journal|entrylog|index`; the directory walk runs in a pool thread."""
+
+    def render_GET(self, request: Any) -> Any:
+        wanted = request.args.get(b"file_type", [b""])[0].decode(errors="replace")
+        kinds = [wanted] if wanted in DISK_FILE_KINDS else list(DISK_FILE_KINDS)
+        config = self.bookie.config
+        dirs = {
+            "journal": config.journal_dirs,
+            "entrylog": config.ledger_dirs,
+            "index": config.effective_index_dirs,
+        }
+        listed = threads.deferToThread(lambda: {DISK_FILE_KINDS[k][0]: disk_files(dirs[k], k) for k in kinds})
+        return _answer_when_done(request, listed)
+
+
+def disk_files(directories: Iterable[Path], kind: str) -> str:
+    """The names of a kind's files under the directories (recursively), sorted, tab-terminated as Java's."""
+    suffix = DISK_FILE_KINDS[kind][1]
+    names = []
+    for directory in directories:
+        for _root, _dirs, files in os.walk(directory):
+            names += [name for name in files if name.endswith(suffix)]
+    return "".join(f"{name}\t" for name in sorted(names))
 
 
 def admin_resource(bookie: BookieView) -> Any:
@@ -139,6 +185,7 @@ def admin_resource(bookie: BookieView) -> Any:
     bookie_node.putChild(b"info", Info(bookie))
     bookie_node.putChild(b"gc", Gc(bookie))
     bookie_node.putChild(b"gc_details", GcDetails(bookie))
+    bookie_node.putChild(b"list_disk_file", ListDiskFiles(bookie))
     return root
 
 

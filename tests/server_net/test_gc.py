@@ -127,6 +127,14 @@ async def test_deleted_ledgers_are_reclaimed_and_live_ones_stay(tmp_path: Path) 
         await in_thread(gone)
         details = await in_thread(http, service, "GET", "/api/v1/bookie/gc_details")
         assert details[0]["totals"]["ledgers_deleted"] == 2
+        assert await in_thread(http, service, "GET", "/api/v1/bookie/gc") == {"is_in_force_gc": "false"}
+        files = await in_thread(http, service, "GET", "/api/v1/bookie/list_disk_file")
+        assert set(files) == {"journal files", "entrylog files", "index files"}
+        assert files["index files"] == "3.idx\t"
+        assert sorted(files["entrylog files"].split()) == sorted(p.name for p in entry_logs(service))
+        assert files["journal files"].endswith(".txn\t")
+        logs_only = await in_thread(http, service, "GET", "/api/v1/bookie/list_disk_file?file_type=entrylog")
+        assert list(logs_only) == ["entrylog files"]
         assert "bookie_gc_bytes_reclaimed_total" in await in_thread(_metrics, service)
     finally:
         await service.stop()
