@@ -178,6 +178,41 @@ async def test_gc_deletes_nothing_on_doubt(tmp_path: Path) -> None:
         await service.stop()
 
 
+class AddsDuringListing(Layout):
+    """While the metadata listing runs, ledger 12 gets its first adds (its metadata is not even there:
+    the worst case); the bookie's own list was taken before, so the run must keep it."""
+
+    port = 0
+
+    def ledger_ids(self, on_problem: Any = None) -> Any:
+        with WireClient("127.0.0.1", self.port) as c:
+            assert all(r.rc == EOK for r in c.add_many(12, [b"late"] * 3))
+        return super().ledger_ids()
+
+
+@twisted_test
+async def test_a_ledger_newer_than_the_bookies_list_is_kept(tmp_path: Path) -> None:
+    uri = metadata_uri(tmp_path)
+    service = await start_bookie(tmp_path, uri=uri, **GC_FLAGS)
+    try:
+        assert service.layout is not None and service.gc is not None
+        listing = AddsDuringListing(service.layout.store)
+        listing.port = service.port
+        service.gc.layout = listing
+        report = await gc_run(service)
+        assert report["ledgers_deleted"] == [] and not report["errors"], report
+
+        def still_there() -> None:
+            with WireClient("127.0.0.1", service.port) as c:
+                assert c.read(12, 2).entry == package(12, 2, b"late")
+
+        await in_thread(still_there)
+        service.gc.layout = service.layout
+        assert (await gc_run(service))["ledgers_deleted"] == [12]  # the next run: never in metadata
+    finally:
+        await service.stop()
+
+
 @twisted_test
 async def test_compaction_copies_live_entries_and_removes_old_logs(tmp_path: Path) -> None:
     uri = metadata_uri(tmp_path)
