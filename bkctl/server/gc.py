@@ -12,13 +12,15 @@ Every `gcWaitTime` and on demand (admin HTTP `PUT /api/v1/bookie/gc`), one run o
    that appeared after the run took its snapshot (ids at or above the current one).
 3. Compaction, when due (`minorCompactionInterval`, `majorCompactionInterval`) or forced: logs whose
    live share is under the threshold, least live first (each frees the most for what it copies). The
-   live records (slot still pointing at them) are copied by the next checkpoints, which fsync the new
-   log before the index names it; the old log goes once every batch is durable. A `<log>.compacting`
+   live records (slot still pointing at them; found by a child process, gc_scan.py, so that its Python
+   work does not take the reactor's GIL) are copied by the next checkpoints, which fsync the new log
+   before the index names it (moves.py); the old log goes once every batch is durable. A `<log>.compacting`
    marker beside the log, written first and removed last, makes a run killed half-way compact that log
    again next time whatever its usage (the copied entries are then no longer live in it).
 
-Changes to the storage (ledger deletion, log removal) happen synchronously on the reactor while no
-checkpoint runs (`Storage.when_idle`). See docs/bookie.md, "Garbage collection and compaction".
+Changes to the storage (ledger deletion, the decision to remove a log) happen synchronously on the
+reactor while no checkpoint runs (`Storage.when_idle`); unlinks go to a pool thread. See docs/bookie.md,
+"Garbage collection and compaction".
 """
 
 from __future__ import annotations
