@@ -3,11 +3,7 @@ its ledgers are deleted and a garbage collection run removes their entry logs.""
 
 from __future__ import annotations
 
-import json
-import re
-import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -24,11 +20,11 @@ from tests.server_net.test_full_disk import (
     wait_for,
 )
 from tests.server_net.test_gc import layout_call
+from tests.server_net.test_gc_crash import ADMIN, put_gc
 from tests.server_net.wire_client import WireClient
 
 pytestmark = pytest.mark.slow
 
-ADMIN = re.compile(r"admin http on [\d.]+:(\d+)")
 MB = 1024 * 1024
 KEYS = {
     "diskUsageThreshold": "0.6",
@@ -53,15 +49,6 @@ def write(port: int, ledger_id: int, megabytes: int) -> dict[int, bytes]:
     return acked
 
 
-def gc(http_port: int) -> dict[str, Any]:
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{http_port}/api/v1/bookie/gc?wait=true", data=b"{}", method="PUT"
-    )
-    with urllib.request.urlopen(request, timeout=60) as answer:
-        result: dict[str, Any] = json.loads(answer.read())
-        return result
-
-
 def test_full_disk_bookie_is_writable_again_after_gc(tmp_path: Path) -> None:
     uri = metadata_uri(tmp_path)
     layout_call(uri, "create", [1, 2, 3])
@@ -78,7 +65,7 @@ def test_full_disk_bookie_is_writable_again_after_gc(tmp_path: Path) -> None:
             wait_for("registered read-only", lambda: is_read_only(uri, bookie_id), bookie)
             assert add_rc(port, 3, len(kept)) == wire.ReturnCode.EREADONLY
             layout_call(uri, "delete", [1, 2])
-            report = gc(http_port)
+            report = put_gc(http_port, {})
             assert report["ledgers_deleted"] == [1, 2], report
             assert report["bytes_reclaimed"] > 15 * MB, report
             wait_for("registered read-write again", lambda: is_read_write(uri, bookie_id), bookie)
