@@ -320,7 +320,7 @@ KEYS: Final[Mapping[str, Setter]] = {
     "minorCompactionInterval": _field("minor_compaction_interval_s", lambda k, v: _int(k, v, -1, 1 << 32)),
     "majorCompactionThreshold": _field("major_compaction_threshold", lambda k, v: _float(k, v, -1.0, 1.0)),
     "majorCompactionInterval": _field("major_compaction_interval_s", lambda k, v: _int(k, v, -1, 1 << 32)),
-    "compactionRate": _field("compaction_rate_by_entries", lambda k, v: _int(k, v, 0, 1 << 31)),
+    "compactionRate": lambda k, v: {"_compaction_rate": _int(k, v, 0, 1 << 31)},
     "compactionRateByEntries": _field("compaction_rate_by_entries", lambda k, v: _int(k, v, 0, 1 << 31)),
     "compactionRateByBytes": _field("compaction_rate_by_bytes", lambda k, v: _int(k, v, 0, 1 << 40)),
     "isThrottleByBytes": _field("throttle_by_bytes", _bool),
@@ -358,6 +358,9 @@ def _finish(values: dict[str, Any]) -> BookieConfig:
     zk_servers = values.pop("_zk_servers", None)
     zk_root = values.pop("_zk_root", "/ledgers")
     http_enabled = values.pop("_http_enabled", None)
+    compaction_rate = values.pop("_compaction_rate", None)
+    if compaction_rate is not None and "compaction_rate_by_entries" not in values:
+        values["compaction_rate_by_entries"] = compaction_rate  # Java: the older key, when the newer is unset
     if values.get("metadata_uri") is None and zk_servers:
         # Older confs name ZooKeeper with zkServers + zkLedgersRootPath instead of metadataServiceUri.
         values["metadata_uri"] = f"zk://{zk_servers}/{zk_root.strip('/')}"

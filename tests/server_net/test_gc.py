@@ -303,6 +303,11 @@ def test_gc_wait_time_zero_means_on_demand_only() -> None:
 
     assert load_config({"gcWaitTime": "0"}).gc_wait_ms == 0
     assert load_config({}).gc_wait_ms == 600_000
+    # compactionRateByEntries wins over the older compactionRate, in any order (as Java's getter).
+    both = {"compactionRateByEntries": "5", "compactionRate": "7"}
+    assert load_config(both).compaction_rate_by_entries == 5
+    assert load_config({"compactionRate": "7"}).compaction_rate_by_entries == 7
+    assert load_config({}).compaction_rate_by_entries == 100_000
     assert os.environ.get("BKCTL_FAULT_POINT") is None
 
 
