@@ -67,7 +67,7 @@ async def healed(client: Client, ledger_ids: list[int]) -> list[str]:
     """What still keeps the cluster from full replication (empty when healed)."""
     layout = client.layout
     problems = [f"ledger {i}: marked under-replicated" for i in await client.in_thread(_marked, layout)]
-    registered = set(await client.in_thread(layout.bookies))
+    registered = set(await client.in_thread(lambda: [*layout.bookies(), *layout.bookies(readonly=True)]))
     for ledger_id in ledger_ids:
         try:
             handle = await admin_open(client, ledger_id, recovery=False)

@@ -181,7 +181,7 @@ def run_daemon(
     auditor_config, worker_config = daemon_config(properties, parallel=parallel)
     logging.getLogger("bkctl.recovery").setLevel(logging.INFO)  # a daemon says what it does
     failure: list[BaseException] = []
-    with open_layout(uri) as layout:
+    with open_layout(uri, daemon=True) as layout:
         daemon = autorecovery_daemon(
             layout, reactor, daemon_id, local_bookie=local_bookie,
             auditor_config=auditor_config, worker_config=worker_config,

@@ -33,10 +33,12 @@ MetadataOption = Annotated[
 
 
 @contextmanager
-def open_layout(uri: str | None, *, initialized: bool = True) -> Iterator[Layout]:
+def open_layout(uri: str | None, *, initialized: bool = True, daemon: bool = False) -> Iterator[Layout]:
     """The cluster's Layout on the store `uri` names, closed on exit.
 
-    UnavailableError (exit 6) if the store cannot be reached within the connect timeout; with
+    UnavailableError (exit 6) if the store cannot be reached within the connect timeout (a `daemon`
+    waits as long as an operation rides through an outage: started while ZooKeeper is away, it comes up
+    when ZooKeeper is back instead of exiting); with
     `initialized`, NotFoundError (exit 4) if no cluster was initialized at its root, and an SQLite file
     that does not exist is not created (a read-only command never leaves a store behind).
     """
@@ -52,7 +54,7 @@ def open_layout(uri: str | None, *, initialized: bool = True) -> Iterator[Layout
         # kazoo warns on every failed connection attempt; a command reports one error line instead
         # (-v shows them).
         logging.getLogger("kazoo").setLevel(logging.CRITICAL)
-    with open_store(location) as store:
+    with open_store(location, wait_for_server=daemon) as store:
         layout = Layout(store, location.root)
         if initialized:
             try:

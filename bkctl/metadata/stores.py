@@ -26,10 +26,13 @@ def open_store(
     session_timeout_ms: int = limits.METADATA_SESSION_TIMEOUT_MS,
     connect_timeout_ms: int = limits.METADATA_CONNECT_TIMEOUT_MS,
     retry: RetryPolicy | None = None,
+    wait_for_server: bool = False,
 ) -> MetadataStore:
     """Open the store a metadata URI names; UnavailableError (one line) if it cannot be reached in time.
 
     `retry`: how operations ride through outages (default: RetryPolicy.from_env(), docs/metadata.md).
+    `wait_for_server`: for daemons, a ZooKeeper that is away at the start is waited for up to the retry
+    deadline instead of the connect timeout.
     """
     location = parse_metadata_uri(uri) if isinstance(uri, str) else uri
     check_session_timeout(session_timeout_ms)
@@ -51,6 +54,7 @@ def open_store(
         session_timeout_ms=session_timeout_ms,
         connect_timeout_ms=connect_timeout_ms,
         retry=retry,
+        wait_for_server=wait_for_server,
     )
 
 

@@ -237,7 +237,11 @@ class ZooKeeperStore(MetadataStore):
         session_timeout_ms: int = limits.METADATA_SESSION_TIMEOUT_MS,
         connect_timeout_ms: int = limits.METADATA_CONNECT_TIMEOUT_MS,
         retry: RetryPolicy | None = None,
+        wait_for_server: bool = False,
     ) -> None:
+        """`wait_for_server`: a daemon started while ZooKeeper is away waits for it up to the retry
+        deadline (as an operation rides through an outage) instead of failing after the connect
+        timeout; requests keep their own timeout either way."""
         quiet_kazoo_logging()
         self.hosts = hosts
         self.retry = retry or RetryPolicy.from_env(session_timeout_ms)
@@ -260,7 +264,7 @@ class ZooKeeperStore(MetadataStore):
         except (ValueError, KazooException) as exc:
             raise UsageError(f"bad ZooKeeper connect string {hosts!r}: {exc}") from exc
         self._client.add_listener(self._on_state)
-        self._start(connect_timeout_ms)
+        self._start(max(connect_timeout_ms, self.retry.deadline_ms if wait_for_server else 0))
 
     def _start(self, connect_timeout_ms: int) -> None:
         try:

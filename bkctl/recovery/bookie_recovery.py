@@ -284,8 +284,9 @@ class BookieRecovery:
         if len(chosen) < count:
             if target is not None:
                 self.report.target_overrides += 1
+            # Dead bookies are never targets; a live one that lacks entries elsewhere may take these.
             chosen += placement.place_ensemble(
-                available, count - len(chosen), {*ensemble, *self.failed, *chosen}, self.client.rng
+                available, count - len(chosen), {*ensemble, *self.dead, *chosen}, self.client.rng
             )
         return chosen
 

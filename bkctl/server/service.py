@@ -113,7 +113,10 @@ class BookieService:
         self.metadata_uri = metadata_uri
         self._reactor = reactor
         self._store_opener = store_opener or partial(
-            open_store, session_timeout_ms=config.zk_timeout_ms, retry=retry_policy(config)
+            open_store,
+            session_timeout_ms=config.zk_timeout_ms,
+            retry=retry_policy(config),
+            wait_for_server=True,  # started while ZooKeeper is away: up when it is back
         )
         self._storage_config = storage_config(config)  # validate before anything starts
         self.storage: Storage | None = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -162,3 +163,26 @@ def test_the_auditor_killed_mid_audit_another_is_elected_and_completes_it(
                 if proc.poll() is None:
                     proc.send_signal(signal.SIGTERM)
                     proc.wait(30)
+
+
+def test_a_daemon_started_while_zookeeper_is_away_comes_up_when_it_is_back() -> None:
+    """Found by the chaos checker: an autorecovery daemon restarted during a ZooKeeper pause exited
+    ("not reachable within 5000 ms") and was gone for good. Daemons (and bookies) now wait for the
+    store up to the metadata retry deadline."""
+    with ZooKeeperServer(tick_ms=200) as server:
+        uri = server.hosts  # a connect string: root /ledgers
+        with ZooKeeperStore(uri) as store:
+            Layout(store).init_cluster()
+        proc = None
+        try:
+            paused = threading.Thread(target=server.pause, args=(PAUSE_S + 2,))
+            paused.start()
+            proc = daemon(uri, "late-daemon")
+            paused.join()
+            assert proc.poll() is None, "the daemon exited while ZooKeeper was away"
+            with ZooKeeperStore(uri) as store:
+                until(lambda: Layout(store).current_auditor() == "late-daemon", "its vote", 60)
+        finally:
+            if proc is not None:
+                proc.terminate()
+                proc.wait(30)
