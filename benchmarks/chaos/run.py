@@ -44,6 +44,9 @@ KINDS = {
     "kill_auditor": 1,
     "fence": 2,
 }
+# A writer killed before it could mark the copies its acknowledged adds missed leaves them to the
+# auditor's check of every ledger: every minute here (Java's default is a week; operators shorten it).
+AUTORECOVERY_CONF = "auditorPeriodicCheckInterval=60\n"
 TMPFS_SIZE = "768m"  # the last bookie's journal and ledger dirs: room for a long run, filled on purpose
 
 
@@ -88,7 +91,10 @@ class Cluster:
 
     def start_daemon(self, index: int) -> subprocess.Popen[bytes]:
         log = self.root / "logs" / f"autorecovery-{index}.log"
-        return python_m("bkctl", "autorecovery", "start", "--metadata", self.uri, log=log)
+        conf = self.root / "autorecovery.conf"
+        conf.write_text(AUTORECOVERY_CONF)
+        args = ("autorecovery", "start", "--metadata", self.uri, "--conf", str(conf))
+        return python_m("bkctl", *args, log=log)
 
 
 @dataclass
