@@ -316,6 +316,37 @@ def outsider(cluster: Cluster, *ensembles: Sequence[str]) -> str:
 
 
 @twisted_test
+async def test_a_live_bookie_lacking_entries_in_one_segment_may_take_another_segments_copies(
+    tmp_path: Path,
+) -> None:
+    """Found by the chaos checker: two live bookies each lacking a segment's entries got no target when
+    every other bookie was in the ensemble or down (recovery excluded both from every segment)."""
+    from bkctl.model import Segment
+
+    cluster = await Cluster(tmp_path).start(5)
+    try:
+        assert cluster.layout is not None
+        (ledger_id,) = await write_ledgers(cluster, 1, 40)
+        versioned = await in_thread(cluster.layout.read_ledger, ledger_id)
+        a, b, c = versioned.value.segments[0].ensemble
+        x = outsider(cluster, (a, b, c))
+        y = outsider(cluster, (a, b, c, x))
+        segments = (Segment(0, (a, b, x)), Segment(20, (a, b, y)))  # x and y never had their entries
+        await in_thread(
+            cluster.layout.write_ledger,
+            ledger_id,
+            dataclasses.replace(versioned.value, segments=segments),
+            versioned.version,
+        )
+        await bounded(cluster.bookie(c).stop())  # no bookie left outside both ensembles
+        report = await bounded(recover_ledger_replicas(cluster.client(seed=3), ledger_id, full=True))
+        assert report.ledgers_recovered == 1, report.as_dict()
+        await assert_check_clean(cluster, ledger_id)
+    finally:
+        await cluster.stop()
+
+
+@twisted_test
 async def test_ledger_recover_heals_a_dead_bookie_and_a_live_one_that_lost_its_entries(
     tmp_path: Path,
 ) -> None:
