@@ -180,3 +180,10 @@ def answer_on_a_terminal(args: list[str], answer: bytes) -> tuple[int, bytes]:
             output += chunk
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status), output
+
+
+def test_bookie_gc_refuses_an_endpoint_that_is_not_host_port() -> None:
+    """Refused before any connection (no name lookup of whatever was typed)."""
+    result = run_bkctl("bookie", "gc", "--http", "nonsense")
+    assert result.returncode == errors.ExitCode.USAGE and "HOST:PORT" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

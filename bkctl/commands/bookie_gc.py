@@ -55,6 +55,8 @@ def bookie_gc(
         raise UsageError("give at most one of --major and --minor")
     if (bookie is None) == (http is None):
         raise UsageError("give a bookie id or --http HOST:PORT (one of them)")
+    if http is not None and not _is_host_port(http):
+        raise UsageError(f"--http {http!r}: give HOST:PORT, e.g. 127.0.0.1:8000")
     endpoint = http if http is not None else _registered_http(bookie or "", metadata)
     body = {"forceMajor": major, "forceMinor": minor}
     answer = _put(f"http://{endpoint}/api/v1/bookie/gc{'?wait=true' if wait else ''}", body, wait)
@@ -72,6 +74,11 @@ def _shown(value: Any) -> Any:
     if isinstance(value, list):
         return ",".join(str(v) for v in value) or "-"
     return "-" if value is None else value
+
+
+def _is_host_port(text: str) -> bool:
+    host, _, port = text.rpartition(":")
+    return bool(host) and port.isdigit() and 0 < int(port) < 65536
 
 
 def _registered_http(bookie_id: str, metadata: str | None) -> str:
