@@ -70,6 +70,15 @@ def add(storage: Storage, ledger_id: int, entry_id: int, payload: bytes | None =
     )
 
 
+async def add_durably(
+    storage: Storage, durable: Durable, ledger_id: int, count: int, payload: bytes | None = None
+) -> None:
+    """Entries 0..count-1 added, then every one journaled (`durable` saw nothing before)."""
+    for entry_id in range(count):
+        assert add(storage, ledger_id, entry_id, payload) == EOK
+    await wait_until(lambda: len(durable.tokens) == count)
+
+
 def assert_readable(storage: Storage, ledger_id: int, entry_ids: range) -> None:
     for entry_id in entry_ids:
         assert storage.read(ledger_id, entry_id) == (EOK, packaged(ledger_id, entry_id)), entry_id
@@ -80,9 +89,7 @@ async def test_failed_journal_write_never_acks_its_adds(tmp_path: Path) -> None:
     durable, lost = Durable(), Lost()
     with tmpfs(tmp_path / "jdisk", "4m") as jdisk:
         storage = storage_on(tmp_path, durable, lost, journal_dirs=(jdisk / "journal",))
-        for entry_id in range(10):
-            assert add(storage, 1, entry_id) == EOK
-        await wait_until(lambda: len(durable.tokens) == 10)
+        await add_durably(storage, durable, 1, 10)
         fill(jdisk)
         # 2 MiB: past the journal's 1 MiB preallocation, on a full file system.
         assert add(storage, 1, 10, b"x" * (2 << 20)) == EOK
@@ -108,9 +115,7 @@ async def test_failed_checkpoint_keeps_mark_and_entries_then_recovers(tmp_path: 
             tmp_path, durable, ledger_dirs=ledgers, disk_usage_threshold=1.0, write_cache_max_bytes=NO_AUTO
         )
         mark_path = ledgers[0] / "current" / LAST_MARK_NAME
-        for entry_id in range(100):
-            assert add(storage, 1, entry_id, b"y" * 20_000) == EOK
-        await wait_until(lambda: len(durable.tokens) == 100)
+        await add_durably(storage, durable, 1, 100, b"y" * 20_000)
         mark_before = mark_path.read_bytes()
         filler = fill(ldisk)
         with pytest.raises(OSError):
@@ -147,9 +152,7 @@ async def test_failed_checkpoint_then_kill_replays_everything(tmp_path: Path) ->
         storage = storage_on(
             tmp_path, durable, ledger_dirs=ledgers, disk_usage_threshold=1.0, write_cache_max_bytes=NO_AUTO
         )
-        for entry_id in range(200):
-            assert add(storage, 1, entry_id) == EOK
-        await wait_until(lambda: len(durable.tokens) == 200)
+        await add_durably(storage, durable, 1, 200)
         fill(ldisk)
         with pytest.raises(OSError):
             await storage.checkpoint()
@@ -170,9 +173,7 @@ async def test_short_index_write_fails_the_checkpoint(tmp_path: Path) -> None:
         storage = storage_on(
             tmp_path, durable, index_dirs=index_dirs, disk_usage_threshold=1.0, write_cache_max_bytes=NO_AUTO
         )
-        for entry_id in range(1000):
-            assert add(storage, 1, entry_id) == EOK
-        await wait_until(lambda: len(durable.tokens) == 1000)
+        await add_durably(storage, durable, 1, 1000)
         fill(idisk, leave_pages=1)
         with pytest.raises(OSError):
             await storage.checkpoint()

@@ -24,6 +24,7 @@ import pytest
 
 from bkctl.protocol import wire
 from tests.server_net.live import BookieProcess, metadata_uri, registrations_of
+from tests.server_net.test_process import check_all_readable as check_readable
 from tests.server_net.wire_client import MASTER_KEY, WireClient, package
 
 pytestmark = pytest.mark.slow
@@ -149,18 +150,6 @@ class Writer:
         self.thread.join(WAIT_S)
         assert not self.thread.is_alive()
         return dict(self.acked)
-
-
-def check_readable(port: int, ledger_id: int, acked: dict[int, bytes]) -> None:
-    with WireClient("127.0.0.1", port) as client:
-        ids = sorted(acked)
-        for first in range(0, len(ids), 200):
-            chunk = ids[first : first + 200]
-            client.send_payloads([wire.encode_read_request(ledger_id, e) for e in chunk])
-            for entry_id, response in zip(chunk, client.receive(len(chunk)), strict=True):
-                assert isinstance(response, wire.ReadResponse)
-                assert response.rc == EOK, (entry_id, response.rc)
-                assert response.entry == package(ledger_id, entry_id, acked[entry_id]), entry_id
 
 
 def is_read_only(uri: str, bookie_id: str) -> bool:
