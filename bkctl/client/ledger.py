@@ -391,8 +391,7 @@ class LedgerHandle:
         go astray (the close goes on then, without marks for copies it could not see missed)."""
         if not self._unanswered:
             return defer.succeed(None)
-        waiter: Deferred[None] = Deferred()
-        self._answered.append(waiter)
+        waiter = _wait_on(self._answered)
         waiter.addTimeout(2 * limits.CLIENT_REQUEST_TIMEOUT_MS / 1000, self.client.reactor)
 
         def late(failure: Failure) -> None:
@@ -401,22 +400,15 @@ class LedgerHandle:
         return waiter.addErrback(late)
 
     def _notify_answered(self) -> None:
-        waiters, self._answered = self._answered, []
-        for waiter in waiters:
-            if not waiter.called:  # not given up on by its bound
-                waiter.callback(None)
+        self._answered = _release(self._answered)
 
     def _notify_drained(self) -> None:
-        waiters, self._drained = self._drained, []
-        for waiter in waiters:
-            waiter.callback(None)
+        self._drained = _release(self._drained)
 
     def _wait_drained(self) -> Deferred[None]:
         if (not self._pending and not self._changing) or self._error is not None:
             return defer.succeed(None)
-        waiter: Deferred[None] = Deferred()
-        self._drained.append(waiter)
-        return waiter
+        return _wait_on(self._drained)
 
     # --- copies missed by acknowledged entries ----------------------------------------------------
 
@@ -634,6 +626,20 @@ class LedgerHandle:
             raise FencedError(f"ledger {self.ledger_id} is being recovered by another client")
         self.metadata, self.version = md, current.version
         return False
+
+
+def _wait_on(waiters: list[Deferred[None]]) -> Deferred[None]:
+    waiter: Deferred[None] = Deferred()
+    waiters.append(waiter)
+    return waiter
+
+
+def _release(waiters: list[Deferred[None]]) -> list[Deferred[None]]:
+    """Fire every waiter not already given up on (a bound's timeout); the new, empty list."""
+    for waiter in waiters:
+        if not waiter.called:
+            waiter.callback(None)
+    return []
 
 
 def _as_bkctl_error(exc: BaseException | None) -> BkctlError:
