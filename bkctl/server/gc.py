@@ -66,7 +66,7 @@ _SIZE_PREFIX: Final = 4
 _CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 READ_CHUNK: Final = 4 * 1024 * 1024
 # The GIL switch interval while compaction copies (see _short_gil_slices).
-COMPACTION_SWITCH_INTERVAL_S: Final = float(os.environ.get("XX_SWITCH", "0.0005"))
+COMPACTION_SWITCH_INTERVAL_S: Final = 0.0005
 _PAGES_CACHED_MAX: Final = 1024
 
 

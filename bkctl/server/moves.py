@@ -46,19 +46,19 @@ class Moved:
             for k in range(count)
         ]
         order = sorted(range(count), key=self.ledgers.__getitem__)  # stable: log order per ledger
-        out = Moved(self.records, runs=[])
+        runs: list[tuple[int, int, int, int]] = []
+        out = Moved(self.records, runs=runs)
         for k in order:
             ledger_id = self.ledgers[k]
             out.starts.append(self.starts[k])
             out.ledgers.append(ledger_id)
             out.entries.append(self.entries[k])
             out.old.append(self.old[k])
-            assert out.runs is not None
-            if out.runs and out.runs[-1][0] == ledger_id:
-                _, first, n, size = out.runs[-1]
-                out.runs[-1] = (ledger_id, first, n + 1, size + sizes[k])
+            if runs and runs[-1][0] == ledger_id:
+                _, first, n, size = runs[-1]
+                runs[-1] = (ledger_id, first, n + 1, size + sizes[k])
             else:
-                out.runs.append((ledger_id, len(out.starts) - 1, 1, sizes[k]))
+                runs.append((ledger_id, len(out.starts) - 1, 1, sizes[k]))
         return out
 
     def in_log_order(self) -> Moved:
