@@ -107,7 +107,6 @@ def start_bookie(
         "logSizeLimit": str(log_mb * MB),
         "gcWaitTime": "0",
         "compactionRateByEntries": str(rate),
-        **({"journalSyncData": "false"} if __import__("os").environ.get("XX_NOSYNC") else {}),
         "metadataServiceUri": f"sqlite://{db}",
     }
     conf.write_text("".join(f"{k}={v}\n" for k, v in keys.items()))
