@@ -318,8 +318,8 @@ class LedgerHandle:
         self._unanswered -= 1
         if not self._unanswered and self._answered:
             self._notify_answered()
-        if self._error is not None:
-            return
+        if self._error is not None or self.client.closing:
+            return  # a closing client's own disconnects are no bookie's failure
         if add.entry_id <= self.last_add_confirmed:
             if rc != _EOK:
                 self._copy_missed(index, bookie)
@@ -386,7 +386,7 @@ class LedgerHandle:
                 add.deferred.errback(type(error)(str(error)))
         self._notify_drained()
 
-    def _wait_answered(self) -> Deferred[None]:
+    def wait_answered(self) -> Deferred[None]:
         """Fires when every add sent was answered or timed out; never later than a bound, should a reply
         go astray (the close goes on then, without marks for copies it could not see missed)."""
         if not self._unanswered:
@@ -400,10 +400,12 @@ class LedgerHandle:
         return waiter.addErrback(late)
 
     def _notify_answered(self) -> None:
-        self._answered = _release(self._answered)
+        waiters, self._answered = self._answered, []
+        _release(waiters)
 
     def _notify_drained(self) -> None:
-        self._drained = _release(self._drained)
+        waiters, self._drained = self._drained, []
+        _release(waiters)
 
     def _wait_drained(self) -> Deferred[None]:
         if (not self._pending and not self._changing) or self._error is not None:
@@ -581,7 +583,7 @@ class LedgerHandle:
         # Acknowledged entries may still be on their way to a slow or hung bookie: wait until every copy
         # answered or timed out (the request timeout bounds it), so a copy missed is marked, not lost
         # from sight when the writer's process ends right after its close.
-        await self._wait_answered()
+        await self.wait_answered()
         await self._mark_missed_copies(closed=True)
         if self._error is not None:
             raise type(self._error)(str(self._error))
@@ -634,12 +636,12 @@ def _wait_on(waiters: list[Deferred[None]]) -> Deferred[None]:
     return waiter
 
 
-def _release(waiters: list[Deferred[None]]) -> list[Deferred[None]]:
-    """Fire every waiter not already given up on (a bound's timeout); the new, empty list."""
+def _release(waiters: list[Deferred[None]]) -> None:
+    """Fire every waiter not already given up on (a bound's timeout). The caller detaches the list
+    first: a callback may wait again, and that waiter belongs to the next release, not this one."""
     for waiter in waiters:
         if not waiter.called:
             waiter.callback(None)
-    return []
 
 
 def _as_bkctl_error(exc: BaseException | None) -> BkctlError:
@@ -672,12 +674,14 @@ class Client:
         self.bookies = bookies or BookieClients(reactor, self._registered_address, **bookie_options)
         # Recovery reads kept in flight past the LAC; 1 reproduces a one-at-a-time reader's frames.
         self.recovery_reads_in_flight = recovery_reads_in_flight
+        self.closing = False
 
     def in_thread(self, function: Callable[..., T], *args: Any) -> Deferred[T]:
         """Blocking metadata work, off the reactor thread."""
         return threads.deferToThreadPool(self.reactor, self.reactor.getThreadPool(), function, *args)
 
     def close(self) -> Deferred[None]:
+        self.closing = True
         return self.bookies.close()
 
     def _registered_address(self, bookie_id: str) -> Deferred[tuple[str, int] | None]:

@@ -99,7 +99,10 @@ def ledger_write(
                 await write_entries(lh, source(lh.ledger_id), stop)
             except BkctlError as exc:
                 return await ended_early(client, lh, exc)
-        if not no_close:
+        if no_close:
+            # Left open, yet not short of a copy: every bookie of the write set answers first.
+            await lh.wait_answered()
+        else:
             try:
                 await lh.close()
             except BkctlError as exc:  # the metadata store stayed away past the deadline, or a fence
