@@ -8,7 +8,7 @@ progress line goes to stderr on a terminal only. See docs/commands/bench.md.
 
 from __future__ import annotations
 
-import sys
+import contextlib
 import time
 from array import array
 from collections import deque
@@ -308,30 +308,21 @@ def _print(document: dict[str, Any], fmt: OutputFormat) -> None:
 
 
 class _Progress:
-    """A rich progress bar on stderr while the load runs, only when stderr is a terminal."""
+    """The load's bar (commands/progress.py): elapsed of the planned seconds, and the recent rate."""
 
     def __init__(self, reactor: Any, recorder: Recorder, duration: float, unit: str) -> None:
         self.reactor, self.recorder, self.duration, self.unit = reactor, recorder, duration, unit
-        self.progress: Any = None
+        self.shown = contextlib.ExitStack()
         self.loop: Any = None
 
     def __enter__(self) -> _Progress:
-        if not sys.stderr.isatty():
-            return self
-        from rich.console import Console
-        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
         from twisted.internet.task import LoopingCall
 
-        self.progress = Progress(
-            TextColumn("bench"),
-            BarColumn(),
-            TextColumn("{task.fields[rate]}"),
-            TimeRemainingColumn(),
-            console=Console(stderr=True),
-            transient=True,
-        )
-        self.task = self.progress.add_task("load", total=self.duration, rate="")
-        self.progress.start()
+        from bkctl.commands.progress import bar, wanted
+
+        if not wanted():
+            return self
+        self.bar = self.shown.enter_context(bar("bench", self.duration, "s", rate=False))
         self.started = self.recorder.clock()
         self.last = (self.started, 0)
         self.loop = LoopingCall(self._tick)
@@ -343,10 +334,9 @@ class _Progress:
         now, done = self.recorder.clock(), self.recorder.done
         rate = (done - self.last[1]) / max(now - self.last[0], 1e-9)
         self.last = (now, done)
-        self.progress.update(self.task, completed=now - self.started, rate=f"{rate:,.0f} {self.unit}/s")
+        self.bar.update(now - self.started, info=f"{rate:,.0f} {self.unit}/s")
 
     def __exit__(self, *exc: object) -> None:
         if self.loop is not None and self.loop.running:
             self.loop.stop()
-        if self.progress is not None:
-            self.progress.stop()
+        self.shown.close()

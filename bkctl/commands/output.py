@@ -1,9 +1,14 @@
 """The only writer to stdout: tables for people, JSON for scripts, plain lines for grep.
 
-Data goes to stdout, messages to stderr. Large outputs (an inspect of a 1 GiB journal) are streamed:
-rows are written as they are produced, and JSON documents may hold iterators (written as arrays,
-element by element) and zero-argument callables (called when reached, e.g. a summary that is only
-known once the records before it were consumed).
+Data goes to stdout, messages to stderr. Tables and key/value records sent to a terminal are drawn with
+rich, states and findings coloured by their value (STYLES; none when NO_COLOR is set); sent anywhere
+else they keep their plain aligned layout, byte for byte, so a script or a file never sees an escape.
+rich is imported only when a terminal is there to draw on (it costs tens of ms at start).
+
+Large outputs (an inspect of a 1 GiB journal) are streamed: rows are written as they are produced,
+and JSON documents may hold iterators (written as arrays, element by element) and zero-argument
+callables (called when reached, e.g. a summary that is only known once the records before it were
+consumed).
 """
 
 from __future__ import annotations
@@ -12,12 +17,13 @@ import base64
 import contextlib
 import functools
 import json
+import os
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum, StrEnum
 from itertools import islice
-from typing import Annotated, Any, ParamSpec, TextIO, TypeVar
+from typing import Annotated, Any, Final, ParamSpec, TextIO, TypeVar
 
 import typer
 
@@ -51,6 +57,48 @@ def resolve(fmt: OutputFormat | None, stream: TextIO | None = None) -> OutputFor
     if fmt is not None:
         return fmt
     return OutputFormat.table if (stream or sys.stdout).isatty() else OutputFormat.plain
+
+
+# Colours of values people look for, by the key of the field that holds them (a column's key or a
+# record's key): ledger states, bookie states, fragment states (`ledger check`), audit findings by kind.
+_BAD: Final = "bold red"
+STYLES: Final[Mapping[str, Mapping[str, str]]] = {
+    "state": {
+        "CLOSED": "green",
+        "OPEN": "yellow",
+        "IN_RECOVERY": "magenta",
+        "rw": "green",
+        "ro": "yellow",
+        "down": _BAD,
+        "ok": "green",
+        "missing": _BAD,
+        "bookie_down": _BAD,
+        "digest_mismatch": _BAD,
+    },
+    "kind": {
+        "missing": _BAD,
+        "lost": _BAD,
+        "corrupt": _BAD,
+        "divergent": "magenta",
+        "extra": "yellow",
+        "orphan": "cyan",
+    },
+    "digest_ok": {"true": "green", "false": _BAD},
+    "ok": {"true": "green", "false": _BAD},
+}
+
+
+def colour_wanted(environ: Mapping[str, str] | None = None) -> bool:
+    """False when NO_COLOR is set to anything but the empty string (no-color.org)."""
+    return (environ if environ is not None else os.environ).get("NO_COLOR", "") == ""
+
+
+def on_terminal(stream: TextIO) -> bool:
+    """Whether people read `stream` (a closed or odd stream is no terminal)."""
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 @dataclass(frozen=True)
@@ -176,6 +224,8 @@ def write_rows(
     """
     out = out or sys.stdout
     iterator = iter(rows)
+    if fmt is OutputFormat.table and on_terminal(out):
+        return _rich_rows(iterator, columns, out)
     if fmt is OutputFormat.plain:
         count = 0
         for row in iterator:
@@ -211,6 +261,9 @@ def write_mapping(values: Mapping[str, Any], fmt: OutputFormat, out: TextIO | No
     if fmt is OutputFormat.json:
         write_json(values, out)
         return
+    if fmt is OutputFormat.table and on_terminal(out):
+        _rich_mapping(values, out)
+        return
     width = max((len(k) for k in values), default=0)
     for key, value in values.items():
         if fmt is OutputFormat.plain:
@@ -233,4 +286,76 @@ def write_title(text: str, fmt: OutputFormat, out: TextIO | None = None) -> None
     """A heading above a table; nothing in plain or JSON output, which stay machine-readable."""
     if fmt is OutputFormat.table:
         out = out or sys.stdout
+        if on_terminal(out):
+            _console(out).print(_text(text, "bold"))
+            return
         out.write(f"{text}\n")
+
+
+# --- on a terminal: rich ---------------------------------------------------------------------------------
+
+# Rows drawn per rich table: the first batch sets the column widths, the batches after it are drawn
+# headerless at the same widths, so a million rows stream in bounded memory and stay aligned.
+RICH_BATCH_ROWS: Final = 200
+
+
+def _console(out: TextIO) -> Any:
+    from rich.console import Console
+
+    # No markup, no highlighting: a payload holding "[red]" or a number is shown as it is, uncoloured.
+    return Console(
+        file=out,
+        color_system="auto" if colour_wanted() else None,
+        markup=False,
+        highlight=False,
+        emoji=False,
+    )
+
+
+def _text(cell: str, style: str | None) -> Any:
+    from rich.text import Text
+
+    return Text(cell, style=style or "")
+
+
+def _styled(key: str, cell: str) -> Any:
+    return _text(cell, STYLES.get(key, {}).get(cell))
+
+
+def _rich_rows(rows: Iterator[Mapping[str, Any]], columns: Sequence[Column], out: TextIO) -> int:
+    from rich import box
+    from rich.table import Table
+
+    console = _console(out)
+    batch = [[_cell(row.get(c.key)) for c in columns] for row in islice(rows, RICH_BATCH_ROWS)]
+    widths = [max([len(c.header)] + [len(r[i]) for r in batch]) for i, c in enumerate(columns)]
+    count, header = 0, True
+    while batch or header:
+        table = Table(
+            box=box.SIMPLE_HEAD,
+            show_header=header,
+            show_edge=False,
+            pad_edge=False,
+            header_style="bold",
+        )
+        for column, width in zip(columns, widths, strict=True):
+            justify: Any = "right" if column.numeric else "left"
+            table.add_column(column.header, justify=justify, width=width, overflow="fold")
+        for cells in batch:
+            table.add_row(*(_styled(c.key, cell) for c, cell in zip(columns, cells, strict=True)))
+        console.print(table)
+        count += len(batch)
+        header = False
+        batch = [[_cell(row.get(c.key)) for c in columns] for row in islice(rows, RICH_BATCH_ROWS)]
+    return count
+
+
+def _rich_mapping(values: Mapping[str, Any], out: TextIO) -> None:
+    from rich.table import Table
+
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    for key, value in values.items():
+        grid.add_row(key + ":", _styled(key, _cell(value)))
+    _console(out).print(grid)
