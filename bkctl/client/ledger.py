@@ -753,21 +753,29 @@ class Client:
     def open_ledger(
         self,
         ledger_id: int,
-        password: bytes = b"",
+        password: bytes | None = b"",
         *,
         recovery: bool = True,
         digest: DigestType | None = None,
     ) -> Deferred[LedgerHandle]:
         """A read-only handle. With `recovery` an open ledger is fenced, recovered and closed first;
-        without, the handle reads up to the last add confirmed the bookies report (never fences)."""
+        without, the handle reads up to the last add confirmed the bookies report (never fences).
+
+        `password=None` opens administratively, as Java's BookKeeperAdmin.openLedger: with the password
+        and digest the metadata stores (format v3 stores them), else with "" and `digest` or CRC32 (Java's
+        bookieRecoveryPasswd / bookieRecoveryDigestType defaults). A given password must match a stored
+        one (UnauthorizedError, exit 9)."""
         return defer.ensureDeferred(self._open(ledger_id, password, recovery, digest))
 
     async def _open(
-        self, ledger_id: int, password: bytes, recovery: bool, digest: DigestType | None
+        self, ledger_id: int, password: bytes | None, recovery: bool, digest: DigestType | None
     ) -> LedgerHandle:
         versioned = await self.in_thread(self.layout.read_ledger, ledger_id)
         md = versioned.value
-        if md.password is not None and md.password != password:
+        administrative_default = password is None and md.password is None
+        if password is None:
+            password = b"" if md.password is None else md.password
+        elif md.password is not None and md.password != password:
             raise UnauthorizedError(f"ledger {ledger_id}: wrong password")
         chosen = md.digest or digest or DigestType.CRC32
         if digest is not None and md.digest is not None and digest is not md.digest:
@@ -779,7 +787,13 @@ class Client:
         if recovery:
             from bkctl.client.recovery import recover
 
-            await recover(handle)
+            try:
+                await recover(handle)
+            except UnauthorizedError as exc:
+                if administrative_default:  # the bookies refused "": say what would open it
+                    hint = "its metadata stores no password: give --password"
+                    raise UnauthorizedError(f"{exc}; {hint}") from exc
+                raise
             return handle
         await handle.read_lac()
         return handle

@@ -17,12 +17,14 @@ from bkctl import limits
 from bkctl.commands.ledger import app
 from bkctl.commands.ledger_options import (
     AckQuorumOption,
+    AdminPasswordOption,
     DigestName,
     DigestOption,
     EnsembleOption,
     PasswordOption,
     TimeoutOption,
     WriteQuorumOption,
+    admin_password,
     password_bytes,
 )
 from bkctl.commands.options import MetadataOption, confirm
@@ -112,14 +114,15 @@ def ledger_read(
         ),
     ] = False,
     as_text: Annotated[bool, typer.Option("--as-text", help="Payloads as UTF-8 text, not base64.")] = False,
-    password: PasswordOption = "",
+    password: AdminPasswordOption = None,
     timeout_ms: TimeoutOption = None,
     metadata: MetadataOption = None,
     output: OutputOption = None,
 ) -> None:
     """Print entries --first..--last of a ledger (JSON: one {entry_id, payload_base64} per entry).
 
-    Exit 4 if the ledger or an entry does not exist, 9 on a wrong password. With --bookie, entries that
+    Opened as an administrator: with the password and digest its metadata stores unless --password is
+    given. Exit 4 if the ledger or an entry does not exist, 9 on a wrong password. With --bookie, entries that
     bookie should hold but cannot give are reported on stderr and the command exits 3.
     """
     if bookie is not None and recovery:
@@ -145,7 +148,9 @@ def ledger_read(
             write_rows(rows, READ_COLUMNS, fmt)
 
     async def work(client: Client) -> int:
-        lh = await client.open_ledger(ledger_id, password_bytes(password), recovery=recovery)
+        from bkctl.recovery.checker import admin_open
+
+        lh = await admin_open(client, ledger_id, recovery=recovery, password=admin_password(password))
         if bookie is not None:
             return await _read_from_bookie(lh, bookie, first, last, emit)
         end = _read_end(lh, first, last)
@@ -241,7 +246,7 @@ def _write_set(lh: LedgerHandle, entry_id: int) -> set[str]:
 @app.command("fence")
 def ledger_fence(
     ledger_id: LedgerIdArgument,
-    password: PasswordOption = "",
+    password: AdminPasswordOption = None,
     timeout_ms: TimeoutOption = None,
     metadata: MetadataOption = None,
     output: OutputOption = None,
@@ -256,10 +261,11 @@ def ledger_fence(
 
     async def work(client: Client) -> tuple[dict[str, Any], bool]:
         from bkctl.model import LedgerState
+        from bkctl.recovery.checker import admin_open
 
         before = await client.in_thread(client.layout.read_ledger, ledger_id)
         was_closed = before.value.state is LedgerState.CLOSED
-        lh = await client.open_ledger(ledger_id, password_bytes(password), recovery=True)
+        lh = await admin_open(client, ledger_id, recovery=True, password=admin_password(password))
         document = {
             "ledger_id": ledger_id,
             "state": lh.metadata.state.name,

@@ -1,5 +1,6 @@
 """Options shared by the commands that create and write ledgers (`ledger create|write|simpletest`,
-`bench write`, `sandbox --demo`): quorums, digest, password, and the entry payloads they write."""
+`bench write`, `sandbox --demo`): quorums, digest, password, and the entry payloads they write; and the
+--password of the commands that open an existing ledger as an operator."""
 
 from __future__ import annotations
 
@@ -45,6 +46,18 @@ PasswordOption = Annotated[
         show_default=False,
     ),
 ]
+# Opening an existing ledger as an operator: without --password, the one its metadata stores (see
+# bkctl.recovery.checker.admin_open); given, it must match the stored one.
+AdminPasswordOption = Annotated[
+    str | None,
+    typer.Option(
+        "--password",
+        envvar="BKCTL_LEDGER_PASSWORD",
+        help="Ledger password (UTF-8). Default: the one the ledger's metadata stores (format v3), "
+        "else empty. Given, it must match the stored one (exit 9).",
+        show_default=False,
+    ),
+]
 TimeoutOption = Annotated[
     int | None,
     typer.Option(
@@ -58,6 +71,11 @@ FILLER = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 def password_bytes(password: str) -> bytes:
     return password.encode("utf-8")
+
+
+def admin_password(password: str | None) -> bytes | None:
+    """--password of an administrative open: None opens with the stored password."""
+    return None if password is None else password_bytes(password)
 
 
 def check_template(template: str) -> str:

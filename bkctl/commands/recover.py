@@ -19,6 +19,7 @@ import typer
 
 from bkctl.commands.bookie import app as bookie_app
 from bkctl.commands.ledger import app as ledger_app
+from bkctl.commands.ledger_options import AdminPasswordOption, admin_password
 from bkctl.commands.options import MetadataOption, confirm
 from bkctl.commands.output import (
     Column,
@@ -277,16 +278,19 @@ CHECK_COLUMNS = (
 def ledger_check(
     ledger_id: Annotated[int, typer.Argument(help="Ledger id.", min=0)],
     full: Annotated[bool, typer.Option("--full", help="Read every entry (default: first and last).")] = False,
+    password: AdminPasswordOption = None,
     metadata: MetadataOption = None,
     output: OutputOption = None,
 ) -> None:
     """Whether each fragment's bookie holds its entries; exit 3 when a replica is missing."""
     fmt = resolve(output)
+    secret = admin_password(password)
 
     async def work(client: Client) -> list[dict[str, Any]]:
         from bkctl.recovery.checker import check_ledger
 
-        return [_check_row(s) for s in (await check_ledger(client, ledger_id, full=full)).states]
+        checked = await check_ledger(client, ledger_id, full=full, password=secret)
+        return [_check_row(s) for s in checked.states]
 
     rows = run_client(metadata, work)
     if fmt is OutputFormat.json:
@@ -317,17 +321,19 @@ def ledger_recover(
         str | None, typer.Option("--target", help="Bookie to copy to (default: placement).")
     ] = None,
     full: Annotated[bool, typer.Option("--full", help="Check every entry, not first and last.")] = False,
+    password: AdminPasswordOption = None,
     metadata: MetadataOption = None,
     output: OutputOption = None,
 ) -> None:
     """Re-replicate one ledger's missing replicas (found by `ledger check`): a dead bookie's move to new
     bookies; a live bookie that lacks entries never gets an open ledger fenced (see docs)."""
     fmt = resolve(output)
+    secret = admin_password(password)
 
     async def work(client: Client) -> RecoveryReport:
         from bkctl.recovery.bookie_recovery import recover_ledger_replicas
 
-        return await recover_ledger_replicas(client, ledger_id, target=target, full=full)
+        return await recover_ledger_replicas(client, ledger_id, target=target, full=full, password=secret)
 
     report = run_client(metadata, work)
     _render(report.as_dict(), fmt)

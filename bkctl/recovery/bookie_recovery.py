@@ -55,6 +55,8 @@ class RecoveryOptions:
     # (bookie, segment index) found bad on a bookie that is alive: only those segments are repaired, and
     # the bookie never gets an open ledger fenced (its bookie is also in `failed`)
     live: frozenset[tuple[str, int]] = frozenset()
+    # the operator's password for the ledger (`ledger recover --password`); None: the stored one
+    password: bytes | None = None
 
 
 @dataclass
@@ -202,13 +204,14 @@ class BookieRecovery:
         return any(b in self.dead for b in ensemble)
 
     async def recover_ledger(self, ledger_id: int) -> None:
-        handle = await admin_open(self.client, ledger_id, recovery=False)
+        password = self.options.password
+        handle = await admin_open(self.client, ledger_id, recovery=False, password=password)
         if not handle.is_closed and self._names_dead(handle.metadata.segments[-1].ensemble):
             if self.options.skip_open:
                 self._skip(ledger_id, "open, and its last ensemble has a failed bookie (--skip-open-ledgers)")
                 return
             if not self.options.dry_run:  # fence and close it, as a recovery open does
-                handle = await admin_open(self.client, ledger_id, recovery=True)
+                handle = await admin_open(self.client, ledger_id, recovery=True, password=password)
         steps = await self._plan(handle)
         if self.options.dry_run:
             self.report.plan.extend(step for step, _ in steps)
@@ -318,15 +321,21 @@ async def payload_per_entry(handle: LedgerHandle, last_entry_id: int, bookies: S
 
 
 async def recover_ledger_replicas(
-    client: Client, ledger_id: int, *, target: str | None = None, full: bool = False
+    client: Client,
+    ledger_id: int,
+    *,
+    target: str | None = None,
+    full: bool = False,
+    password: bytes | None = None,
 ) -> RecoveryReport:
     """`bkctl ledger recover`: the fragments the checker finds bad, repaired. A bookie that is not
     registered is dead (its fragments move; an open ledger whose last ensemble has it is fenced first);
     a registered one only lacks entries: the segments where it does are repaired (`live`), never fencing."""
-    check = await check_ledger(client, ledger_id, full=full)
+    check = await check_ledger(client, ledger_id, full=full, password=password)
     bad = [s.fragment for s in check.states if not s.ok]
     if not bad:
         return RecoveryReport([], target, False)
     live = frozenset((f.bookie, f.segment) for f in bad if f.bookie in check.registered)
     failed = tuple(dict.fromkeys(f.bookie for f in bad))
-    return await BookieRecovery(client, RecoveryOptions(failed, target, ledger=ledger_id, live=live)).run()
+    options = RecoveryOptions(failed, target, ledger=ledger_id, live=live, password=password)
+    return await BookieRecovery(client, options).run()

@@ -46,19 +46,23 @@ class LedgerCheck:
         return list(dict.fromkeys(s.fragment.bookie for s in self.states if not s.ok))
 
 
-async def admin_open(client: Client, ledger_id: int, *, recovery: bool) -> LedgerHandle:
-    """Open as an administrator: with the password the metadata stores (format v3 does), else ""
-    (BookKeeper's default `passwd` for password-less metadata)."""
-    versioned = await client.in_thread(client.layout.read_ledger, ledger_id)
-    password = versioned.value.password or b""
+async def admin_open(
+    client: Client, ledger_id: int, *, recovery: bool, password: bytes | None = None
+) -> LedgerHandle:
+    """Open as an administrator (every operator's command and the daemons open ledgers here): with
+    the password and digest the metadata stores (format v3 does), else "" and CRC32 (BookKeeper's
+    bookieRecoveryPasswd / bookieRecoveryDigestType defaults). A `password` given by the operator
+    replaces the stored one and must match it (exit 9 when it does not)."""
     return await client.open_ledger(ledger_id, password, recovery=recovery)
 
 
-async def check_ledger(client: Client, ledger_id: int, *, full: bool = False) -> LedgerCheck:
+async def check_ledger(
+    client: Client, ledger_id: int, *, full: bool = False, password: bytes | None = None
+) -> LedgerCheck:
     """Every fragment of the ledger (up to its last entry, or the last add confirmed of an open one),
     checked; bookies registered neither read-write nor read-only count as down without a read."""
     layout = client.layout
-    handle = await admin_open(client, ledger_id, recovery=False)
+    handle = await admin_open(client, ledger_id, recovery=False, password=password)
     md = handle.metadata
     last = md.last_entry_id if handle.is_closed else handle.last_add_confirmed
     registered = set(await client.in_thread(lambda: [*layout.bookies(), *layout.bookies(readonly=True)]))

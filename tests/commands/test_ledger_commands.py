@@ -168,6 +168,27 @@ def test_errors_have_their_exit_codes(cluster: Cluster) -> None:
     assert code == 0 and [line.split("\t")[0] for line in out.splitlines()] == ["0", "1"]  # clamped
 
 
+def test_a_mac_ledger_reads_back_with_its_stored_password(cluster: Cluster) -> None:
+    """Administrative open (issue 17): read, check and fence use the password and digest the metadata
+    stores; a --password given must match it."""
+    written = cluster.json("ledger", "write", "--entries", "3", "--digest", "mac", "--password", "s3cret")
+    assert isinstance(written, dict)
+    ledger = str(written["ledger_id"])
+    inspected, entries, checked = (
+        cluster.json("ledger", *args)
+        for args in (("inspect", ledger), ("read", ledger, "--as-text"), ("check", ledger, "--full"))
+    )
+    assert isinstance(inspected, dict) and inspected["digest"] == "MAC"
+    assert isinstance(entries, list) and [e["payload"] for e in entries] == [
+        f"L{ledger}-E{i}" for i in range(3)
+    ]
+    assert isinstance(checked, dict) and {f["state"] for f in checked["fragments"]} == {"ok"}
+    code, _, err = cluster.run("ledger", "check", ledger, "--password", "guess")
+    assert code == 9 and "wrong password" in err
+    code, _, _ = cluster.run("ledger", "fence", ledger)
+    assert code == 11  # already closed by its writer
+
+
 def test_unanswering_bookie_times_out_instead_of_hanging(cluster: Cluster) -> None:
     """A registered bookie that accepts connections and never answers: the write fails with a clear
     error within the request timeout (no spare bookie to replace it), it does not hang."""

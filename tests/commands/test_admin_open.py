@@ -1,0 +1,90 @@
+"""Administrative opens (issue 17): `bkctl ledger read|fence|check` on ledgers a Java BookKeeper 4.14.8
+application wrote with password 'testpasswd', without being told the password.
+
+The three Java bookies of snapshot 1 are served by bkctl bookies from copies of their directories, with
+the ledger metadata of ZooKeeper dump 1 in SQLite (tests/client/test_java_data.py); the commands run as
+subprocesses. Ledger 1 (left OPEN by its writer) is stored here without its password, as metadata
+format v1/v2 may be: fencing it then needs --password.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+from pathlib import Path
+
+from bkctl.metadata.layout import Layout
+from bkctl.metadata.sqlite import SqliteStore
+from bkctl.protocol.metadata_format import decode_ledger_metadata, encode_ledger_metadata
+from bkctl.server.config import load_config
+from bkctl.server.service import BookieService
+from tests.client.cluster import Cluster, bounded
+from tests.client.test_java_data import DUMP_1, ledger_znode, prepare
+from tests.commands.sandbox_proc import bkctl
+from tests.server_net.live import bookie_flags, in_thread, twisted_test
+
+
+def _strip_password(uri: str, ledger_id: int) -> None:
+    """Ledger `ledger_id`'s metadata without password and digest (what format v1 holds)."""
+    md = decode_ledger_metadata(ledger_znode(DUMP_1, ledger_id))
+    bare = dataclasses.replace(md, password=None, digest=None)
+    with SqliteStore(uri.removeprefix("sqlite://")) as store:
+        layout = Layout(store)
+        store.set(layout.ledger_path(ledger_id), encode_ledger_metadata(bare))
+
+
+def _run(uri: str, *args: str) -> tuple[int, str, str]:
+    done = bkctl(*args, metadata=uri)
+    return done.returncode, done.stdout, done.stderr
+
+
+@twisted_test
+async def test_java_ledgers_open_with_their_stored_password(tmp_path: Path) -> None:
+    uri = await in_thread(prepare, tmp_path)
+    await in_thread(_strip_password, uri, 1)
+    cluster = await Cluster(tmp_path, uri).start(0)
+    try:
+        for n in (1, 2, 3):
+            config = load_config(bookie_flags(tmp_path / f"b{n}", bookieId=f"127.0.0.1:3318{n}"))
+            cluster.bookies.append(await bounded(BookieService(config, uri).start()))
+
+        async def run(*args: str) -> tuple[int, str, str]:
+            return await in_thread(_run, uri, *args)
+
+        # Closed ledgers 0 (1000 entries) and 3 (200): no --password, read back whole.
+        code, out, err = await run("ledger", "read", "0", "--as-text", "-o", "json")
+        assert code == 0, err
+        assert [e["payload"] for e in json.loads(out)] == [f"L0-E{i}" for i in range(1000)]
+        code, out, err = await run("ledger", "read", "3", "--first", "198", "-o", "json")
+        assert code == 0, err
+        assert [base64.b64decode(e["payload_base64"]) for e in json.loads(out)] == [b"L3-E198", b"L3-E199"]
+
+        # --password overrides and is checked.
+        code, _, err = await run("ledger", "read", "0", "--last", "1", "--password", "wrong")
+        assert code == 9 and "wrong password" in err
+        code, out, err = await run(
+            "ledger", "read", "0", "--last", "1", "--password", "testpasswd", "-o", "json"
+        )
+        assert code == 0 and len(json.loads(out)) == 2, err
+
+        # check reads every entry with the stored password and digest; fence of a closed ledger: exit 11.
+        code, out, err = await run("ledger", "check", "3", "--full", "-o", "json")
+        assert code == 0, err
+        assert {f["state"] for f in json.loads(out)["fragments"]} == {"ok"}
+        code, out, err = await run("ledger", "fence", "2", "-o", "json")
+        assert code == 11, err
+        assert json.loads(out)["last_entry_id"] == 99
+
+        # Ledger 1, OPEN, no stored password: the bookies refuse to be fenced with "".
+        code, _, err = await run("ledger", "fence", "1")
+        assert code == 9 and "stores no password" in err, err
+        code, out, err = await run("ledger", "fence", "1", "--password", "testpasswd", "-o", "json")
+        assert code == 0, err
+        fenced = json.loads(out)
+        assert (fenced["state"], fenced["last_entry_id"], fenced["length"]) == ("CLOSED", 49, 290)
+        code, out, err = await run("ledger", "read", "1", "--as-text", "-o", "json")  # CRC32: no key to read
+        assert code == 0, err
+        assert [e["payload"] for e in json.loads(out)] == [f"L1-E{i}" for i in range(50)]
+    finally:
+        await cluster.stop()
