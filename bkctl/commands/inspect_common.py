@@ -217,6 +217,21 @@ def described_records(
         yield record
 
 
+def _with_progress(
+    scan: Iterable[tuple[int, Any, memoryview]], doc: dict[str, Any], options: Any
+) -> Iterable[tuple[int, Any, memoryview]]:
+    """A bar over the file's bytes, by each record's offset (only on a terminal; not over table rows
+    streaming to the same terminal)."""
+    from bkctl.commands.progress import tracked
+    from bkctl.files.chunks import file_size
+
+    path = Path(doc["file"])
+    busy = not options.summary
+    return tracked(
+        scan, path.name, file_size(path), lambda record: record[0], unit_bytes=True, stdout_busy=busy
+    )
+
+
 def fill_records(
     doc: dict[str, Any],
     scan: Iterable[tuple[int, Any, memoryview]],
@@ -230,6 +245,7 @@ def fill_records(
     from bkctl.files.summary import summarize
 
     checker = DigestChecker(options.digest, options.password)
+    scan = _with_progress(scan, doc, options)
     if options.summary:
         doc["summary"] = lambda: summarize(scan, kinds, checker, options.ledger).as_dict()
         return

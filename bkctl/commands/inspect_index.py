@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -66,7 +66,7 @@ def index_inspect(
         "state_bits": header.state_bits,
         "explicit_lac": explicit_lac_value(header.explicit_lac) if header.explicit_lac else None,
         "slot_count": index.slot_bytes // 8,
-        "entries": _entries(index_entries(index), holes),
+        "entries": _entries(_with_progress(index_entries(index), path, index.slot_bytes // 8), holes),
         "holes": lambda: [list(hole) for hole in holes.holes],
         "missing": lambda: holes.missing,
         "last_entry_id": lambda: holes.last_entry_id,
@@ -79,7 +79,16 @@ def index_inspect(
     failures.raise_if_any()
 
 
-def _entries(entries: Iterator[tuple[int, int, int]], holes: Any) -> Iterator[dict[str, int]]:
+def _with_progress(
+    entries: Iterator[tuple[int, int, int]], path: Path, slots: int
+) -> Iterable[tuple[int, int, int]]:
+    """A bar over the slots, when the entries stream to a file or a pipe (on a terminal they are it)."""
+    from bkctl.commands.progress import tracked
+
+    return tracked(entries, path.name, slots, lambda entry: entry[0], "slots", stdout_busy=True)
+
+
+def _entries(entries: Iterable[tuple[int, int, int]], holes: Any) -> Iterator[dict[str, int]]:
     for entry_id, log_id, offset in entries:
         holes.see(entry_id)
         yield {"entry_id": entry_id, "log_id": log_id, "offset": offset}

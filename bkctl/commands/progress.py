@@ -122,6 +122,31 @@ def track(
         progress.update(total, total)
 
 
+def tracked(
+    items: Iterable[T],
+    label: str,
+    total: float,
+    position: Any,
+    unit: str = "",
+    *,
+    unit_bytes: bool = False,
+    stdout_busy: bool = False,
+) -> Iterable[T]:
+    """`items` under a bar of their own (shown while they are consumed), or `items` themselves, untouched
+    and at full speed, when no bar is wanted."""
+    if not wanted(stdout_busy):
+        return items
+    shown = bar(label, total, unit, unit_bytes=unit_bytes, stdout_busy=stdout_busy)
+    return _tracked(items, position, total, shown)
+
+
+def _tracked(
+    items: Iterable[T], position: Any, total: float, shown: contextlib.AbstractContextManager[Bar]
+) -> Iterator[T]:
+    with shown as progress:
+        yield from track(items, progress, position, total)
+
+
 def _progress(unit: str, unit_bytes: bool, rate: bool) -> Any:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
