@@ -189,15 +189,28 @@ class UnderreplicationLayout(LayoutBase):
         `mark_replicated` deletes the mark with, so a re-mark made meanwhile is not lost.
         """
         stat = self.store.exists(self.underreplicated_path(ledger_id))
-        if stat is None:
+        if stat is None or not self.acquire_replication_lock(ledger_id, holder):
             return None
+        return stat.version
+
+    def acquire_replication_lock(self, ledger_id: int, holder: str | None = None) -> bool:
+        """Take a ledger's replication lock (ephemeral), marked or not; False if another holds it.
+
+        Besides the replication workers, a bookie's GC takes it (Java's acquireUnderreplicatedLedger)
+        while it decides to drop an over-replicated copy, so that no worker makes the bookie a replica
+        of that ledger again meanwhile. Released with `release_lock`."""
         data = mf.encode_lock_data(holder if holder is not None else socket.gethostname())
         self.store.ensure_path(self.ur_path(UR_LOCKS))
         try:
             self.store.create(self.lock_path(ledger_id), data, ephemeral=True)
         except NodeExistsError:
-            return None
-        return stat.version
+            return False
+        return True
+
+    def replication_locked(self, ledger_id: int) -> bool:
+        """Whether a worker (or a bookie's GC) holds the ledger's replication lock (Java's
+        isLedgerBeingReplicated)."""
+        return self.store.exists(self.lock_path(ledger_id)) is not None
 
     def release_lock(self, ledger_id: int) -> None:
         """Delete the lock if this session holds it. A worker whose session expired mid-copy lost its

@@ -75,6 +75,7 @@ class BookieConfig:
     throttle_by_bytes: bool = False
     verify_metadata_on_gc: bool = True  # Java: false
     force_gc_when_full: bool = True  # isForceGCAllowWhenNoSpace; Java: false
+    gc_overreplicated_wait_ms: int = 86_400_000  # gcOverreplicatedLedgerWaitTime; 0: off
 
     @property
     def effective_index_dirs(self) -> tuple[Path, ...]:
@@ -326,6 +327,9 @@ KEYS: Final[Mapping[str, Setter]] = {
     "isThrottleByBytes": _field("throttle_by_bytes", _bool),
     "verifyMetadataOnGC": _field("verify_metadata_on_gc", _bool),
     "isForceGCAllowWhenNoSpace": _field("force_gc_when_full", _bool),
+    "gcOverreplicatedLedgerWaitTime": _field(
+        "gc_overreplicated_wait_ms", lambda k, v: _int(k, v, 0, 1 << 40)
+    ),
     "maxPendingAddsPerConnection": _field(
         "pending_adds_per_connection_max", lambda k, v: _int(k, v, 1, 1_000_000)
     ),

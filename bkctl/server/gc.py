@@ -49,6 +49,7 @@ from bkctl.protocol import index_format as ixf
 from bkctl.protocol.entrylog_format import RecordKind
 from bkctl.protocol.scanning import ScanStop
 from bkctl.server.faults import fault_point
+from bkctl.server.gc_overreplicated import OverReplication
 from bkctl.server.gc_scan import ScanChild
 from bkctl.server.moves import Moved
 from bkctl.server.storage import Storage
@@ -84,12 +85,14 @@ class GcSettings:
     throttle_by_bytes: bool = False  # isThrottleByBytes
     verify_metadata: bool = True  # verifyMetadataOnGC (Java: false)
     force_when_full: bool = True  # isForceGCAllowWhenNoSpace (Java: false): compact even on a full disk
+    overreplicated_wait_ms: int = 86_400_000  # gcOverreplicatedLedgerWaitTime; 0 = off (gc_overreplicated.py)
 
 
 @dataclass
 class GcMetrics:
     runs: int = 0
     ledgers_deleted: int = 0
+    overreplicated_deleted: int = 0  # of ledgers_deleted: over-replicated copies (metadata still exists)
     logs_removed: int = 0
     logs_compacted: int = 0
     entries_moved: int = 0
@@ -337,9 +340,13 @@ class GarbageCollector:
         settings: GcSettings,
         reactor: Any,
         on_run_done: Callable[[], object] | None = None,
+        bookie_id: str = "",
     ) -> None:
         self.storage = storage
         self.layout = layout
+        self._over: OverReplication | None = None
+        if layout is not None and bookie_id and settings.overreplicated_wait_ms > 0:
+            self._over = OverReplication(layout, bookie_id, settings.overreplicated_wait_ms)
         self.settings = settings
         self.metrics = GcMetrics()
         self._reactor = reactor
@@ -406,6 +413,7 @@ class GarbageCollector:
             "totals": {
                 "runs": m.runs,
                 "ledgers_deleted": m.ledgers_deleted,
+                "overreplicated_deleted": m.overreplicated_deleted,
                 "entry_logs_removed": m.logs_removed,
                 "entry_logs_compacted": m.logs_compacted,
                 "entries_moved": m.entries_moved,
@@ -423,6 +431,7 @@ class GarbageCollector:
         report: dict[str, Any] = {
             "started_ms": int(time.time() * 1000),
             "ledgers_deleted": [],
+            "overreplicated_deleted": [],
             "entry_logs_removed": [],
             "entry_logs_compacted": [],
             "entries_moved": 0,
@@ -478,8 +487,19 @@ class GarbageCollector:
         except Exception as exc:
             self._error(report, f"metadata store not readable, no ledger deleted: {exc}")
             return
+        doomed = await self._missing_from_metadata(report, collectable(held, listed))
+        over = await self._locked_over_replicated(held & listed)
+        try:
+            if doomed or over:
+                await self._delete_ledgers(report, doomed, over)
+        finally:
+            if over:
+                assert self._over is not None
+                await self._in_thread(self._over.release, over)
+
+    async def _missing_from_metadata(self, report: dict[str, Any], candidates: list[int]) -> list[int]:
         doomed = []
-        for ledger_id in collectable(held, listed):
+        for ledger_id in candidates:
             if self.settings.verify_metadata:
                 try:
                     exists = await self._in_thread(self._ledger_exists, ledger_id)
@@ -490,16 +510,38 @@ class GarbageCollector:
                     log.warning("ledger %d is missing from the metadata listing but exists: kept", ledger_id)
                     continue
             doomed.append(ledger_id)
-        if not doomed:
-            return
+        return doomed
+
+    async def _locked_over_replicated(self, listed_held: set[int]) -> list[int]:
+        """Over-replicated ledgers to delete when that check is due, their replication locks held."""
+        if self._over is None or not self._over.due():
+            return []
+        unflushed = self.storage.unflushed_ledgers()
+        ledgers = [(i, self.storage.index_path(i)) for i in sorted(listed_held - unflushed)]
+        try:
+            return list(await self._in_thread(self._over.locked_candidates, ledgers))
+        finally:
+            self._over.checked()
+
+    async def _delete_ledgers(self, report: dict[str, Any], doomed: list[int], over: list[int]) -> None:
         await self.storage.when_idle()
         if self._halted():
             return
         for ledger_id in doomed:  # synchronous: no checkpoint starts in between
             if self.storage.delete_ledger(ledger_id):
                 report["ledgers_deleted"].append(ledger_id)
+        unflushed = self.storage.unflushed_ledgers()  # written since the check: kept
+        for ledger_id in over:
+            if ledger_id not in unflushed and self.storage.delete_ledger(ledger_id):
+                report["ledgers_deleted"].append(ledger_id)
+                report["overreplicated_deleted"].append(ledger_id)
         self.metrics.ledgers_deleted += len(report["ledgers_deleted"])
-        log.info("garbage collection deleted ledgers %s", report["ledgers_deleted"])
+        self.metrics.overreplicated_deleted += len(report["overreplicated_deleted"])
+        log.info(
+            "garbage collection deleted ledgers %s (over-replicated: %s)",
+            report["ledgers_deleted"],
+            report["overreplicated_deleted"],
+        )
         # Move lastMark past their journal records, so a restart does not bring them back.
         self.storage.checkpoint().addErrback(lambda f: None)
 

@@ -241,6 +241,12 @@ _GC_METRICS = (
         "ledgers_deleted",
     ),
     (
+        "bookie_gc_overreplicated_ledgers_deleted_total",
+        "counter",
+        "Over-replicated ledgers deleted (metadata names another bookie).",
+        "overreplicated_deleted",
+    ),
+    (
         "bookie_gc_entry_logs_removed_total",
         "counter",
         "Entry logs removed (no live entry).",

@@ -82,6 +82,7 @@ def gc_settings(config: BookieConfig) -> GcSettings:
         throttle_by_bytes=config.throttle_by_bytes,
         verify_metadata=config.verify_metadata_on_gc,
         force_when_full=config.force_gc_when_full,
+        overreplicated_wait_ms=config.gc_overreplicated_wait_ms,
     )
 
 
@@ -173,7 +174,7 @@ class BookieService:
         yield self._register_at_start()
         self._session_sub = self.store.on_session_lost(self._session_lost_from_thread)
         self.gc = GarbageCollector(
-            self.storage, self.layout, gc_settings(self.config), self._reactor, self._gc_done
+            self.storage, self.layout, gc_settings(self.config), self._reactor, self._gc_done, self.bookie_id
         )
         self.gc.start()
         self._watcher = task.LoopingCall(self._check_read_only)

@@ -805,6 +805,11 @@ class Storage:
     def index_path(self, ledger_id: int) -> Path | None:
         return self._index.find(ledger_id)
 
+    def unflushed_ledgers(self) -> set[int]:
+        """Ledgers with entries in the write caches (not yet in their index files)."""
+        flushing = self._flushing.ledgers.keys() if self._flushing is not None else set()
+        return set(self._active.ledgers) | set(flushing)
+
     def delete_ledger(self, ledger_id: int) -> bool:
         """Forget a ledger the metadata store no longer has: state, cached entries, index file. Only
         while idle (`when_idle`); its entries in entry logs become garbage. True if the bookie held it."""
