@@ -9,6 +9,7 @@ into SQLite) and a real Java bookie's journal and index files.
 from __future__ import annotations
 
 import io
+import json
 import os
 import pty
 import select
@@ -46,9 +47,11 @@ def metadata(tmp_path: Path) -> Iterator[str]:
         store.close()
 
 
-def run(*args: str, stdout_tty: bool, stderr_tty: bool, no_color: bool = False) -> tuple[str, str, int]:
+def run(
+    *args: str, stdout_tty: bool, stderr_tty: bool, no_color: bool = False, **extra_env: str
+) -> tuple[str, str, int]:
     """`bkctl ARGS` with stdout and stderr each a pseudo-terminal or a pipe: (stdout, stderr, exit)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "BKCTL_OUTPUT")}
+    env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "BKCTL_OUTPUT")} | extra_env
     env |= {"COLUMNS": "120", "LINES": "40", "TERM": "xterm-256color", "PYTHONPATH": str(REPO)}
     if no_color:
         env["NO_COLOR"] = "1"
@@ -217,6 +220,23 @@ def test_no_progress_over_rows_streaming_to_the_same_terminal() -> None:
     assert code == 0 and BAR not in err and BAR not in out
     out, err, code = run("index", "inspect", str(INDEX_FILE), "-o", "json", stdout_tty=False, stderr_tty=True)
     assert code == 0 and BAR in err and "slots" in err and BAR not in out
+
+
+@pytest.mark.spark
+def test_audit_shows_spark_tasks_on_a_terminals_stderr(tmp_path: Path) -> None:
+    """Spark's own console bar is off; ours counts the tasks of the audit's stages."""
+    from tests.client.test_java_data import prepare
+
+    uri = prepare(tmp_path)
+    dirs = [arg for n in (1, 2, 3) for arg in ("--bookie-dir", str(tmp_path / f"b{n}"))]
+    out, err, code = run(
+        "audit", "--metadata", uri, *dirs, "-o", "json", stdout_tty=False, stderr_tty=True,
+        BKCTL_SPARK_MASTER="local[2]",
+    )  # fmt: skip
+    assert code == 0, err
+    assert json.loads(out)["summary"]["replicas_found"] == 2700
+    assert BAR in err and "tasks" in err and "stage " in err
+    assert "[Stage" not in err  # Spark's console progress
 
 
 def test_bar_is_a_silent_stand_in_without_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-import sys
+import contextlib
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from bkctl.commands import progress
 from bkctl.commands.options import MetadataOption, metadata_choice
 from bkctl.commands.output import (
     Column,
@@ -23,6 +26,7 @@ from bkctl.commands.output import (
 from bkctl.errors import ProblemsFound, UnavailableError, UsageError
 
 FIRST_PER_KIND = 10
+STAGE_POLL_S = 0.25
 FINDING_COLUMNS = [
     Column("kind", "KIND"),
     Column("ledger_id", "LEDGER", numeric=True),
@@ -108,11 +112,12 @@ def audit(
     else:
         bookies = resolve_bookie_dirs(bookie_dir or [])
     try:
-        spark = spark_session(master, remote, progress=sys.stderr.isatty())
+        spark = spark_session(master, remote)  # Spark's own console bar off: ours shows its stages
     except ImportError as exc:  # --remote without the Spark Connect client's packages (grpcio, pandas...)
         raise UnavailableError(f"{CONNECT_MISSING} ({exc})") from None
     try:
-        result = run_audit(spark, uri, bookies, options)
+        with _stages_shown(spark):
+            result = run_audit(spark, uri, bookies, options)
     finally:
         spark.stop()
     result.errors[:0] = problems
@@ -129,6 +134,57 @@ def audit(
             f"{len(result.findings)} finding(s), {len(result.errors)} unreadable file(s) or bookie(s), "
             f"{len(result.warnings)} undecodable ledger(s)"
         )
+
+
+@contextlib.contextmanager
+def _stages_shown(spark: Any) -> Iterator[None]:
+    """Spark's tasks on a bar while the block runs: its status tracker, asked every STAGE_POLL_S by a
+    thread. A Spark Connect session has no tracker (nor SparkContext): no bar then."""
+    from bkctl.pipeline.session import is_connect
+
+    if not progress.wanted() or is_connect(spark):
+        yield
+        return
+    tracker = spark.sparkContext.statusTracker()
+    stop = threading.Event()
+    with progress.bar("audit", None, "tasks") as shown:
+        poller = threading.Thread(
+            target=_poll_stages, args=(tracker, shown, stop), name="bkctl-audit-progress", daemon=True
+        )
+        poller.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            poller.join(timeout=STAGE_POLL_S * 4)
+
+
+def _poll_stages(tracker: Any, shown: progress.Bar, stop: threading.Event) -> None:
+    """Tasks done of the tasks of every stage seen so far (the total grows as the audit's jobs start;
+    a stage no longer active counts whole); the text names the stage running last."""
+    stages: dict[int, tuple[int, int]] = {}  # stage id -> (tasks done, tasks)
+    while not stop.wait(STAGE_POLL_S):
+        try:
+            infos = [tracker.getStageInfo(i) for i in tracker.getActiveStageIds()]
+        except Exception:  # the session is stopping under us: the bar ends with the block
+            return
+        infos = [info for info in infos if info is not None]
+        active = {info.stageId for info in infos}
+        for stage_id, (_, tasks) in stages.items():  # ended between two looks: count it whole
+            if stage_id not in active:
+                stages[stage_id] = (tasks, tasks)
+        for info in infos:
+            stages[info.stageId] = (info.numCompletedTasks, info.numTasks)
+        if infos:
+            last = max(infos, key=lambda info: info.stageId)
+            done, total = (sum(counts) for counts in zip(*stages.values(), strict=True))
+            shown.update(done, total, info=f"stage {last.stageId}: {_short(last.name)}")
+
+
+def _short(stage_name: str) -> str:
+    """`collect at /long/path/audit.py:230` -> `collect at audit.py:230`."""
+    operation, _, where = stage_name.partition(" at ")
+    return f"{operation} at {where.rsplit('/', 1)[-1]}" if where else operation
 
 
 def _ledger_range(text: str | None) -> tuple[int, int] | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -31,6 +32,7 @@ from bkctl.commands.output import (
     write_mapping,
     write_rows,
 )
+from bkctl.commands.progress import Bar, bar
 from bkctl.commands.running import interruptible, run_client
 from bkctl.errors import ConflictError, Interrupted, ProblemsFound, UsageError
 
@@ -149,13 +151,10 @@ async def _run(
             f"bookie {', '.join(alive)} is registered: it is alive (stop it first, or --force to copy its "
             "ledgers anyway)"
         )
-    progress = Progress() if sys.stderr.isatty() else None
-    run = BookieRecovery(client, options, progress or (lambda _: None))
-    with interruptible(client.reactor) as stop:
+    with bar("recover", None, "ledgers") as shown, interruptible(client.reactor) as stop:
+        run = BookieRecovery(client, options, _shown_on(shown))
         client.reactor.callLater(0, _watch_stop, client.reactor, stop, run)
         report = await run.run()
-    if progress is not None:
-        progress.done()
     if run.stopping:  # what was done so far, in the format asked for: a script learns how far it got
         _render(report.as_dict(), fmt)
         raise Interrupted(
@@ -199,30 +198,19 @@ def _delete_cookies(client: Client, bookies: tuple[str, ...]) -> None:
             pass
 
 
-class Progress:
-    """One line on a terminal's stderr, rewritten at most 4 times a second."""
+def _shown_on(shown: Bar) -> Callable[[RecoveryReport], None]:
+    """The recovery's progress callback: ledgers done of total on the bar, what was copied beside it."""
 
-    def __init__(self) -> None:
-        self._shown = 0.0
-        self._start = time.monotonic()
-
-    def __call__(self, report: RecoveryReport) -> None:
-        now = time.monotonic()
-        if now - self._shown < 0.25 and report.ledgers_done < report.ledgers_total:
-            return
-        self._shown = now
-        elapsed = max(now - self._start, 1e-6)
-        rate = report.copied.bytes / elapsed
-        left = report.ledgers_total - report.ledgers_done
-        eta = elapsed / report.ledgers_done * left if report.ledgers_done else 0
-        sys.stderr.write(
-            f"\rledgers {report.ledgers_done}/{report.ledgers_total}  entries {report.copied.entries}  "
-            f"{report.copied.bytes / 1e6:.1f} MB  {rate / 1e6:.1f} MB/s  ETA {eta:.0f} s  "
+    def show(report: RecoveryReport) -> None:
+        elapsed = max(time.monotonic() - report.started, 1e-6)
+        copied = report.copied
+        info = (
+            f"{report.fragments_copied} fragments  {copied.entries:,} entries  {copied.bytes / 1e6:.1f} MB  "
+            f"{copied.bytes / 1e6 / elapsed:.1f} MB/s"
         )
-        sys.stderr.flush()
+        shown.update(report.ledgers_done, report.ledgers_total, info=info)
 
-    def done(self) -> None:
-        sys.stderr.write("\n")
+    return show
 
 
 def _render(document: dict[str, Any], fmt: OutputFormat) -> None:
@@ -333,7 +321,10 @@ def ledger_recover(
     async def work(client: Client) -> RecoveryReport:
         from bkctl.recovery.bookie_recovery import recover_ledger_replicas
 
-        return await recover_ledger_replicas(client, ledger_id, target=target, full=full, password=secret)
+        with bar(f"ledger {ledger_id}", None, "ledgers") as shown:
+            return await recover_ledger_replicas(
+                client, ledger_id, target=target, full=full, password=secret, progress=_shown_on(shown)
+            )
 
     report = run_client(metadata, work)
     _render(report.as_dict(), fmt)

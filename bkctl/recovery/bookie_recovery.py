@@ -233,6 +233,7 @@ class BookieRecovery:
             )
         finally:
             self._count(handle.ledger_id, stats)
+            self.progress(self.report)  # a ledger can be one long copy: tell each fragment's end
         if target != fragment.bookie:
             await swap_bookie(handle, fragment, target)
         self.report.fragments_copied += 1
@@ -327,6 +328,7 @@ async def recover_ledger_replicas(
     target: str | None = None,
     full: bool = False,
     password: bytes | None = None,
+    progress: Callable[[RecoveryReport], None] = lambda _: None,
 ) -> RecoveryReport:
     """`bkctl ledger recover`: the fragments the checker finds bad, repaired. A bookie that is not
     registered is dead (its fragments move; an open ledger whose last ensemble has it is fenced first);
@@ -338,4 +340,4 @@ async def recover_ledger_replicas(
     live = frozenset((f.bookie, f.segment) for f in bad if f.bookie in check.registered)
     failed = tuple(dict.fromkeys(f.bookie for f in bad))
     options = RecoveryOptions(failed, target, ledger=ledger_id, live=live, password=password)
-    return await BookieRecovery(client, options).run()
+    return await BookieRecovery(client, options, progress).run()
