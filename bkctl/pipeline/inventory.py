@@ -16,11 +16,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
+from bkctl import limits
 from bkctl.errors import BkctlError, UsageError
-from bkctl.files.index import index_entries, open_index
+from bkctl.files.chunks import open_read_only
+from bkctl.files.index import IndexFile, index_entries, open_index
 from bkctl.files.marks import read_last_mark
 from bkctl.metadata.stores import layout_at
 from bkctl.model import INVALID_ENTRY_ID, DigestType, LedgerState
+from bkctl.pipeline import bitmaps
 from bkctl.protocol import entry as entry_codec
 from bkctl.protocol import entrylog_format as ef
 from bkctl.protocol import index_format as ixf
@@ -34,13 +40,60 @@ from bkctl.server.replay import replay
 CURRENT = "current"
 LAST_MARK = "lastMark"
 
-# One row of a bookie's contents: (bookie, ledger_id, entry_id, digest_ok, payload_crc, problem).
-# digest_ok and payload_crc are None unless digests are verified; a problem row (a file that cannot be
-# read) has ledger_id -1 and names the file in `problem`.
-HoldingRow = tuple[str, int, int, bool | None, int | None, str | None]
+# One row of a bookie's contents: what it holds of one ledger from `first_entry_id` on, as packed
+# bitmaps (bitmaps.py): `held` (every copy), `ok` and `bad` (copies whose digest was checked: it verified,
+# or it did not or the record could not be read; empty unless digests are checked) and `crcs` (CRC-32 of
+# the payload of each `ok` copy, little-endian uint32 in entry order). A problem row (a file that cannot
+# be read) has ledger_id -1 and names the file in `problem`.
+HoldingRow = tuple[str, int, int, bytes, bytes, bytes, bytes, str | None]
 HOLDING_SCHEMA = (
-    "bookie string, ledger_id long, entry_id long, digest_ok boolean, payload_crc long, problem string"
+    "bookie string, ledger_id long, first_entry_id long, held binary, ok binary, bad binary, "
+    "crcs binary, problem string"
 )
+
+
+def problem_row(bookie: str, problem: str) -> HoldingRow:
+    return (bookie, -1, -1, b"", b"", b"", b"", problem)
+
+
+@dataclass(frozen=True)
+class Checks:
+    """Digest checks of held entries, aligned with their ids: verified, failed, payload CRC (when ok)."""
+
+    ok: bitmaps.Mask
+    bad: bitmaps.Mask
+    crcs: npt.NDArray[np.uint32]
+
+    @classmethod
+    def of(cls, results: list[tuple[bool | None, int | None]]) -> Checks:
+        ok = np.fromiter((r[0] is True for r in results), dtype=np.bool_, count=len(results))
+        bad = np.fromiter((r[0] is False for r in results), dtype=np.bool_, count=len(results))
+        crcs = np.fromiter((r[1] or 0 for r in results), dtype=np.uint32, count=len(results))
+        return cls(ok, bad, crcs)
+
+
+def holding_rows(
+    bookie: str, ledger_id: int, ids: bitmaps.Ids, checks: Checks | None
+) -> Iterator[HoldingRow]:
+    """Rows of the sorted, distinct entry `ids` a bookie holds of a ledger (and their checks)."""
+    for start, stop in bitmaps.pieces(ids):
+        part = ids[start:stop]
+        first, size = int(part[0]), int(part[-1] - part[0]) + 1
+        held = bitmaps.pack(bitmaps.mask_of(part, first, size))
+        if checks is None:
+            yield (bookie, ledger_id, first, held, b"", b"", b"", None)
+            continue
+        ok, bad = checks.ok[start:stop], checks.bad[start:stop]
+        yield (
+            bookie,
+            ledger_id,
+            first,
+            held,
+            bitmaps.pack(bitmaps.mask_of(part[ok], first, size)),
+            bitmaps.pack(bitmaps.mask_of(part[bad], first, size)),
+            checks.crcs[start:stop][ok].astype("<u4").tobytes(),
+            None,
+        )
 
 
 @dataclass
@@ -127,23 +180,46 @@ class Verify:
         return ok, zlib.crc32(payload)
 
 
-def index_holdings(bookie: BookieDirs, path: Path, verify: Verify | None) -> Iterator[HoldingRow]:
-    """The entries one index file says the bookie holds (a problem row when it cannot be read)."""
+def index_holdings(
+    bookie: BookieDirs, path: Path, verify: Verify | None, logs: set[int] | None = None
+) -> Iterator[HoldingRow]:
+    """What one index file says the bookie holds (a problem row when it cannot be read). `logs`: the
+    bookie's entry log ids (entry_log_ids), when the caller reads several files."""
     try:
         index = open_index(path)
         if index.ledger_id is None:
             return
-        reader = EntryLogReader(tuple(d.parent for d in bookie.ledger_dirs)) if verify else None
         # A slot in an entry log that is gone (deleted by hand) is not a copy the bookie can serve.
-        logs = entry_log_ids(bookie)
-        slots = (slot for slot in index_entries(index) if slot[1] in logs)
-        try:
-            yield from _index_rows(bookie.bookie_id, index.ledger_id, slots, reader, verify)
-        finally:
-            if reader is not None:
-                reader.close()
+        known = np.fromiter(entry_log_ids(bookie) if logs is None else logs, dtype=np.int64)
+        rows: list[HoldingRow] = []
+        for ids, locations in _present_slots(index, known):
+            checks = None if verify is None else _check_slots(bookie, index.ledger_id, ids, locations, verify)
+            rows += holding_rows(bookie.bookie_id, index.ledger_id, ids, checks)
     except (BkctlError, OSError) as exc:
-        yield (bookie.bookie_id, -1, -1, None, None, f"{path}: {exc}")
+        rows = [problem_row(bookie.bookie_id, f"{path}: {exc}")]
+    yield from rows
+
+
+def _present_slots(index: IndexFile, logs: npt.NDArray[np.int64]) -> Iterator[tuple[bitmaps.Ids, Any]]:
+    """(entry ids, slot values) of the non-zero slots pointing into an existing entry log, a chunk of
+    the file at a time (numpy: a million slots take milliseconds, where a Python loop took a second)."""
+    fd = open_read_only(index.path)
+    try:
+        position = ixf.HEADER_SIZE
+        chunk_size = limits.FILE_READ_CHUNK - limits.FILE_READ_CHUNK % ixf.SLOT_SIZE
+        while position < index.size:
+            chunk = os.pread(fd, chunk_size, position)
+            whole = len(chunk) - len(chunk) % ixf.SLOT_SIZE
+            if whole == 0:
+                break
+            slots = np.frombuffer(chunk, dtype=">u8", count=whole // ixf.SLOT_SIZE)
+            present = np.flatnonzero((slots != 0) & np.isin((slots >> 32).astype(np.int64), logs))
+            if len(present):
+                first = (position - ixf.HEADER_SIZE) // ixf.SLOT_SIZE
+                yield present.astype(np.int64) + first, slots[present]
+            position += len(chunk)
+    finally:
+        os.close(fd)
 
 
 def entry_log_ids(bookie: BookieDirs) -> set[int]:
@@ -151,29 +227,32 @@ def entry_log_ids(bookie: BookieDirs) -> set[int]:
     return {log_id for log_id in found if log_id is not None}
 
 
-def _index_rows(
-    bookie: str,
-    ledger_id: int,
-    slots: Iterator[tuple[int, int, int]],
-    reader: EntryLogReader | None,
-    verify: Verify | None,
-) -> Iterator[HoldingRow]:
-    for entry_id, log_id, offset in slots:
-        if reader is None or verify is None or not verify.sampled(ledger_id, entry_id):
-            yield (bookie, ledger_id, entry_id, None, None, None)
-            continue
-        try:
-            stored = reader.read(ef.entry_location(log_id, offset), ledger_id, entry_id)
-        except (BkctlError, OSError):
-            yield (bookie, ledger_id, entry_id, False, None, None)  # unreadable copy: corrupt
-            continue
-        ok, crc = verify.check(ledger_id, stored)
-        yield (bookie, ledger_id, entry_id, ok, crc, None)
+def _check_slots(
+    bookie: BookieDirs, ledger_id: int, ids: bitmaps.Ids, locations: Any, verify: Verify
+) -> Checks:
+    """Each sampled copy read from its entry log and its digest checked (an unreadable one fails)."""
+    results: list[tuple[bool | None, int | None]] = []
+    reader = EntryLogReader(tuple(d.parent for d in bookie.ledger_dirs))
+    try:
+        for entry_id, location in zip(ids.tolist(), locations.tolist(), strict=True):
+            if not verify.sampled(ledger_id, entry_id):
+                results.append((None, None))
+                continue
+            log_id, offset = location >> 32, location & 0xFFFF_FFFF
+            try:
+                stored = reader.read(ef.entry_location(log_id, offset), ledger_id, entry_id)
+            except (BkctlError, OSError):
+                results.append((False, None))  # unreadable copy: corrupt
+                continue
+            results.append(verify.check(ledger_id, stored))
+    finally:
+        reader.close()
+    return Checks.of(results)
 
 
 def journal_holdings(bookie: BookieDirs, journal_dir: Path, verify: Verify | None) -> Iterator[HoldingRow]:
     """Entries in one journal directory after the bookie's lastMark: acknowledged, maybe not indexed."""
-    rows: list[HoldingRow] = []
+    found: dict[int, dict[int, tuple[bool | None, int | None]]] = {}
 
     def apply(kind: RecordKind, body: memoryview) -> None:
         if kind is RecordKind.DATA:
@@ -181,13 +260,19 @@ def journal_holdings(bookie: BookieDirs, journal_dir: Path, verify: Verify | Non
             checked: tuple[bool | None, int | None] = (None, None)
             if verify is not None and verify.sampled(ledger_id, entry_id):
                 checked = verify.check(ledger_id, bytes(body))
-            rows.append((bookie.bookie_id, ledger_id, entry_id, *checked, None))
+            found.setdefault(ledger_id, {})[entry_id] = checked  # a copy journaled twice: the last
 
+    rows: list[HoldingRow] = []
     try:
         if list_journals(journal_dir):
             replay(journal_dir, _last_mark(bookie, journal_dir), apply)
     except (BkctlError, OSError) as exc:
-        rows.append((bookie.bookie_id, -1, -1, None, None, f"{journal_dir}: {exc}"))
+        rows.append(problem_row(bookie.bookie_id, f"{journal_dir}: {exc}"))
+    for ledger_id, entries in sorted(found.items()):
+        ordered = sorted(entries.items())
+        ids = np.fromiter((e for e, _ in ordered), dtype=np.int64, count=len(ordered))
+        checks = None if verify is None else Checks.of([c for _, c in ordered])
+        rows += holding_rows(bookie.bookie_id, ledger_id, ids, checks)
     return iter(rows)
 
 

@@ -13,11 +13,14 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final, TypeVar
 
+import numpy as np
+
 from bkctl import limits
 from bkctl.errors import BkctlError, ProtocolError
 from bkctl.metadata.layout import Layout
 from bkctl.metadata.stores import layout_at
-from bkctl.pipeline.inventory import HoldingRow, Verify
+from bkctl.pipeline import bitmaps
+from bkctl.pipeline.inventory import Checks, HoldingRow, Verify, holding_rows, problem_row
 from bkctl.protocol import entry_availability, wire, wire_v3
 
 WINDOW: Final = 256  # requests in flight on one connection
@@ -72,22 +75,22 @@ def holdings(bookie: OnlineBookie, ledger_ids: list[int], verify: Verify | None)
     try:
         held = _entry_lists(bookie, ledger_ids)
         if verify is None:
-            for ledger_id, entry_id in held:
-                yield (bookie.bookie_id, ledger_id, entry_id, None, None, None)
+            for ledger_id, ids in held:
+                yield from holding_rows(bookie.bookie_id, ledger_id, ids, None)
         else:
-            yield from _verified(bookie, held, verify)
+            yield from _verified(bookie, list(held), verify)
     except _LedgerProblem as exc:
-        yield (bookie.bookie_id, -1, -1, None, None, f"{where}: {exc}")
+        yield problem_row(bookie.bookie_id, f"{where}: {exc}")
     except (OSError, BkctlError) as exc:
-        yield (bookie.bookie_id, -1, -1, None, None, f"{where} stopped answering: {exc}")
+        yield problem_row(bookie.bookie_id, f"{where} stopped answering: {exc}")
 
 
 class _LedgerProblem(Exception):
     pass
 
 
-def _entry_lists(bookie: OnlineBookie, ledger_ids: list[int]) -> Iterator[tuple[int, int]]:
-    """(ledger, entry) of every entry the bookie holds of `ledger_ids` (ENOLEDGER: none of it)."""
+def _entry_lists(bookie: OnlineBookie, ledger_ids: list[int]) -> Iterator[tuple[int, bitmaps.Ids]]:
+    """(ledger, sorted entry ids) the bookie holds of each of `ledger_ids` it has (ENOLEDGER: none)."""
     encode = wire_v3.encode_entries_of_ledger_request
     requests = ((txn, encode(txn, ledger_id)) for txn, ledger_id in enumerate(ledger_ids))
     with _Connection(bookie) as connection:
@@ -99,32 +102,45 @@ def _entry_lists(bookie: OnlineBookie, ledger_ids: list[int]) -> Iterator[tuple[
             if response.status != wire_v3.StatusCode.EOK or body is None:
                 why = wire_v3.status_name(response.status)
                 raise _LedgerProblem(f"ledger {ledger_id}: GET_LIST_OF_ENTRIES_OF_LEDGER answered {why}")
-            for entry_id in entry_availability.entry_ids(body):
-                yield ledger_id, entry_id
+            ids = _group_ids(entry_availability.decode(body))
+            if len(ids):
+                yield ledger_id, ids
 
 
-def _verified(bookie: OnlineBookie, held: Iterable[tuple[int, int]], verify: Verify) -> Iterator[HoldingRow]:
+def _group_ids(groups: list[entry_availability.SequenceGroup]) -> bitmaps.Ids:
+    """The entry ids of availability groups (runs of `size` every `period` ids), sorted and distinct."""
+    parts = [
+        (
+            np.arange(g.first_start, g.last_start + 1, g.period or 1, dtype=np.int64)[:, None]
+            + np.arange(g.size)
+        ).ravel()
+        for g in groups
+    ]
+    return np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+
+
+def _verified(
+    bookie: OnlineBookie, held: list[tuple[int, bitmaps.Ids]], verify: Verify
+) -> Iterator[HoldingRow]:
     """Rows of the held entries, the sampled ones read back and their digests checked."""
-    sampled: list[tuple[int, int]] = []
-    for ledger_id, entry_id in held:
-        if verify.sampled(ledger_id, entry_id) and ledger_id in verify.keys:
-            sampled.append((ledger_id, entry_id))
-        else:
-            yield (bookie.bookie_id, ledger_id, entry_id, None, None, None)
+    sampled = [
+        (ledger_id, entry_id)
+        for ledger_id, ids in held
+        if ledger_id in verify.keys
+        for entry_id in ids.tolist()
+        if verify.sampled(ledger_id, entry_id)
+    ]
+    checked: dict[tuple[int, int], tuple[bool | None, int | None]] = {}
     requests = ((key, wire.encode_read_request(*key)) for key in sampled)
     with _Connection(bookie) as connection:
-        for (ledger_id, entry_id), response in connection.exchange(requests, _read_reply):
-            if response.rc != wire.ReturnCode.EOK:
-                yield (
-                    bookie.bookie_id,
-                    ledger_id,
-                    entry_id,
-                    False,
-                    None,
-                    None,
-                )  # listed, unreadable: corrupt
-                continue
-            yield (bookie.bookie_id, ledger_id, entry_id, *verify.check(ledger_id, response.entry), None)
+        for key, response in connection.exchange(requests, _read_reply):
+            # listed, unreadable: corrupt
+            checked[key] = (
+                (False, None) if response.rc != wire.ReturnCode.EOK else verify.check(key[0], response.entry)
+            )
+    for ledger_id, ids in held:
+        results = [checked.get((ledger_id, entry_id), (None, None)) for entry_id in ids.tolist()]
+        yield from holding_rows(bookie.bookie_id, ledger_id, ids, Checks.of(results))
 
 
 def _v3_reply(payload: bytes) -> tuple[int, wire_v3.V3Response]:

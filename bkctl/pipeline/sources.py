@@ -19,11 +19,12 @@ from bkctl.pipeline.inventory import BookieDirs, Verify
 from bkctl.pipeline.online import OnlineBookie
 
 BATCH_ROWS = 65536
+BATCH_BYTES = 16 << 20  # a batch of bitmap rows ends past this many bytes of bitmaps
 # Index files per partition at most (few big tasks beat many small ones: a task costs ~10 ms).
 FILES_PER_PARTITION_MAX = 256
 
-_HOLDING_TYPES = (pa.string(), pa.int64(), pa.int64(), pa.bool_(), pa.int64(), pa.string())
-_HOLDING_NAMES = ("bookie", "ledger_id", "entry_id", "digest_ok", "payload_crc", "problem")
+_HOLDING_TYPES = (pa.string(), pa.int64(), pa.int64(), *[pa.binary()] * 4, pa.string())
+_HOLDING_NAMES = ("bookie", "ledger_id", "first_entry_id", "held", "ok", "bad", "crcs", "problem")
 _SEGMENT_TYPES = (
     pa.int64(),
     pa.string(),
@@ -51,13 +52,15 @@ _SEGMENT_NAMES = (
 
 
 def batches(rows: Iterator[tuple[Any, ...]], names: tuple[str, ...], types: tuple[Any, ...]) -> Iterator[Any]:
-    """Arrow record batches of at most BATCH_ROWS rows each."""
+    """Arrow record batches of at most BATCH_ROWS rows or about BATCH_BYTES bytes (of bytes values)."""
     chunk: list[tuple[Any, ...]] = []
+    size = 0
     for row in rows:
         chunk.append(row)
-        if len(chunk) >= BATCH_ROWS:
+        size += sum(len(v) for v in row if isinstance(v, bytes))
+        if len(chunk) >= BATCH_ROWS or size >= BATCH_BYTES:
             yield _batch(chunk, names, types)
-            chunk = []
+            chunk, size = [], 0
     if chunk:
         yield _batch(chunk, names, types)
 
@@ -139,13 +142,15 @@ class BookieFilesReader(DataSourceReader):
         kind, i, paths = partition.value
         if kind == "none":
             return
-        bookie = self.bookies[i]
+        yield from batches(self._rows(kind, self.bookies[i], paths), _HOLDING_NAMES, _HOLDING_TYPES)
+
+    def _rows(self, kind: str, bookie: BookieDirs, paths: list[str]) -> Iterator[inventory.HoldingRow]:
+        logs = inventory.entry_log_ids(bookie) if kind == "index" else set()
         for path in map(Path, paths):
             if kind == "index":
-                rows = inventory.index_holdings(bookie, path, self.verify)
+                yield from inventory.index_holdings(bookie, path, self.verify, logs)
             else:
-                rows = inventory.journal_holdings(bookie, path, self.verify)
-            yield from batches(rows, _HOLDING_NAMES, _HOLDING_TYPES)
+                yield from inventory.journal_holdings(bookie, path, self.verify)
 
 
 # --- bookies online ----------------------------------------------------------------------------------
