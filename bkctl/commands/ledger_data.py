@@ -8,7 +8,7 @@ fence, recover and close it. See docs/commands/ledger.md.
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -154,7 +154,7 @@ def ledger_read(
         if bookie is not None:
             return await _read_from_bookie(lh, bookie, first, last, emit)
         end = _read_end(lh, first, last)
-        await _in_thread(emit, _stream(lh, first, end))
+        await _in_thread(emit, _with_progress(_stream(lh, first, end), ledger_id, first, end))
         return 0
 
     failed = run_client(metadata, work, request_timeout_ms=timeout_ms)
@@ -185,6 +185,18 @@ def _read_end(lh: LedgerHandle, first: int, last: int | None) -> int:
             f"(not {last}: later entries are unconfirmed)"
         )
     return lac if last is None else min(last, lac)
+
+
+def _with_progress(
+    entries: Iterator[LedgerEntry], ledger_id: int, first: int, last: int
+) -> Iterable[LedgerEntry]:
+    """A bar over the entries read, when they go to a file or a pipe (on a terminal they are it)."""
+    from bkctl.commands.progress import tracked
+
+    count = max(0, last - first + 1)
+    return tracked(
+        entries, f"ledger {ledger_id}", count, lambda e: e.entry_id - first + 1, "entries", stdout_busy=True
+    )
 
 
 def _stream(lh: LedgerHandle, first: int, last: int) -> Iterator[LedgerEntry]:

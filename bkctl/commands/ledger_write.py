@@ -35,6 +35,7 @@ from bkctl.commands.ledger_options import (
 )
 from bkctl.commands.options import MetadataOption
 from bkctl.commands.output import OutputOption, message, resolve, write_mapping
+from bkctl.commands.progress import Bar, bar
 from bkctl.commands.running import interruptible, run_client
 from bkctl.errors import BkctlError, Interrupted, NotFoundError, UsageError
 
@@ -96,7 +97,8 @@ def ledger_write(
             )
             message(f"ledger {lh.ledger_id} created on {','.join(lh.ensemble)}")
             try:
-                await write_entries(lh, source(lh.ledger_id), stop)
+                with bar(f"ledger {lh.ledger_id}", entries, "entries") as shown:
+                    await write_entries(lh, source(lh.ledger_id), stop, shown)
             except BkctlError as exc:
                 return await ended_early(client, lh, exc)
         if no_close:
@@ -221,10 +223,15 @@ def _open(name: str) -> IO[bytes]:
 
 
 async def write_entries(
-    lh: LedgerHandle, payloads: Iterator[bytes], stop: Callable[[], bool] = lambda: False
+    lh: LedgerHandle,
+    payloads: Iterator[bytes],
+    stop: Callable[[], bool] = lambda: False,
+    shown: Bar | None = None,
 ) -> int:
     """Add every payload, a few chunks in flight; the count written. Raises the first add failure,
-    a bad input line (after the chunks before it are acknowledged), or Interrupted when `stop()`."""
+    a bad input line (after the chunks before it are acknowledged), or Interrupted when `stop()`.
+    `shown` is told the entries acknowledged after each chunk."""
+    shown = shown or Bar()
     in_flight: deque[Deferred[list[int]]] = deque()
     written = 0
     try:
@@ -241,6 +248,7 @@ async def write_entries(
                 break
             while len(in_flight) >= limits.CLI_WRITE_CHUNKS_IN_FLIGHT:
                 await in_flight.popleft()
+                shown.update(lh.last_add_confirmed + 1)
         while in_flight:
             await in_flight.popleft()
     except BkctlError:

@@ -29,6 +29,7 @@ T = TypeVar("T")
 # a per-record caller costs a clock read, not a lock and a redraw.
 UPDATE_INTERVAL_S: Final = 0.1
 REFRESHES_PER_S: Final = 4
+BAR_WIDTH: Final = 20
 # Items between two looks at the clock in `track`: a million-record scan pays for ~4k of them.
 TRACK_EVERY: Final = 256
 
@@ -150,17 +151,21 @@ def _tracked(
 def _progress(unit: str, unit_bytes: bool, rate: bool) -> Any:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeRemainingColumn
+    from rich.table import Column
 
     from bkctl.commands.output import colour_wanted
 
     console = Console(stderr=True, color_system="auto" if colour_wanted() else None, highlight=False)
+    # One line whatever the terminal's width: the bar is short, the free text is cut (never wrapped).
     return Progress(
         TextColumn("{task.description}"),
-        BarColumn(),
+        BarColumn(bar_width=BAR_WIDTH),
         TaskProgressColumn(),
         _counts_column(unit, unit_bytes, rate),
         TimeRemainingColumn(),
-        TextColumn("{task.fields[info]}", markup=False),
+        TextColumn(
+            "{task.fields[info]}", markup=False, table_column=Column(no_wrap=True, overflow="ellipsis")
+        ),
         console=console,
         transient=True,
         refresh_per_second=REFRESHES_PER_S,
@@ -172,6 +177,7 @@ def _progress(unit: str, unit_bytes: bool, rate: bool) -> Any:
 def _counts_column(unit: str, unit_bytes: bool, rate: bool) -> Any:
     from rich.filesize import decimal
     from rich.progress import ProgressColumn
+    from rich.table import Column
     from rich.text import Text
 
     def amount(value: float) -> str:
@@ -182,14 +188,15 @@ def _counts_column(unit: str, unit_bytes: bool, rate: bool) -> Any:
     name = "" if unit_bytes or not unit else f" {unit}"
 
     class Counts(ProgressColumn):
-        """`done/total unit  rate/s`: the rate is rich's, over the last 30 s."""
+        """`done/total unit  rate/s` (`1.0 MB/2.0 MB  1.2 MB/s` for bytes): the rate is rich's, over
+        the last 30 s."""
 
         def render(self, task: Any) -> Text:
             total = "?" if task.total is None else amount(task.total)
-            speed = f"  {amount(task.speed)}{name}/s" if rate and task.speed else ""
+            speed = f"  {amount(task.speed)}/s" if rate and task.speed else ""
             return Text(f"{amount(task.completed)}/{total}{name}{speed}")
 
-    return Counts()
+    return Counts(table_column=Column(no_wrap=True))
 
 
 @contextlib.contextmanager
