@@ -44,6 +44,7 @@ COMMAND_MODULES = (
     "bkctl.commands.underreplicated",
     "bkctl.commands.autorecovery",
     "bkctl.commands.audit",
+    "bkctl.commands.doctor",
 )
 
 HELP = """Run, inspect and repair an Apache BookKeeper-compatible replicated log.

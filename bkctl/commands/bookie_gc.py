@@ -83,15 +83,12 @@ def _is_host_port(text: str) -> bool:
 
 def _registered_http(bookie_id: str, metadata: str | None) -> str:
     with open_layout(metadata) as layout:
-        for readonly in (False, True):
-            try:
-                info = layout.bookie_service_info(bookie_id, readonly=readonly)
-            except NotFoundError:
-                continue
-            for endpoint in info.endpoints:
-                if endpoint.protocol == "http" and endpoint.port > 0:
-                    return f"{endpoint.host}:{endpoint.port}"
-            raise NotFoundError(f"bookie {bookie_id} registers no admin HTTP endpoint (give --http)")
+        address = layout.bookie_endpoint(bookie_id, "http")
+        registered = bookie_id in (*layout.bookies(), *layout.bookies(readonly=True))
+    if address is not None:
+        return f"{address[0]}:{address[1]}"
+    if registered:
+        raise NotFoundError(f"bookie {bookie_id} registers no admin HTTP endpoint (give --http)")
     raise NotFoundError(f"bookie {bookie_id} is not registered (give --http HOST:PORT)")
 
 

@@ -224,6 +224,9 @@ class _Sandbox:
                 "journalDirectories": str(base / "journal"),
                 "ledgerDirectories": str(base / "ledgers"),
                 "journalPreAllocSizeMB": "4",
+                # admin HTTP (info, metrics, gc) on a free port, registered: `bkctl doctor` reads disks there
+                "httpServerEnabled": "true",
+                "httpServerPort": "0",
             }
         )
         service = BookieService(config, self.uri, self.reactor)

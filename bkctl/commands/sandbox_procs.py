@@ -51,6 +51,7 @@ class BookieChild:
             "--journal-dir", str(self.base / "journal"),
             "--ledger-dir", str(self.base / "ledgers"),
             "--metadata", self.uri,
+            "--http-port", "0",
             *self.extra,
         ]  # fmt: skip
 

@@ -83,15 +83,20 @@ class BookiesLayout(LayoutBase):
         return mf.decode_bookie_service_info(data)
 
     def bookie_rpc_address(self, bookie_id: str) -> tuple[str, int] | None:
-        """Where a registered bookie takes requests: its `bookie-rpc` endpoint (read-write registration
-        first, then read-only), as Java clients resolve ids; None when unregistered or not stated."""
+        """Where a registered bookie takes requests: its `bookie-rpc` endpoint, as Java clients resolve
+        ids; None when unregistered or not stated."""
+        return self.bookie_endpoint(bookie_id, "bookie-rpc")
+
+    def bookie_endpoint(self, bookie_id: str, protocol: str) -> tuple[str, int] | None:
+        """Where a registered bookie serves `protocol` (`bookie-rpc`, `http`), from its read-write
+        registration first, then read-only; None when unregistered or not stated."""
         for readonly in (False, True):
             data = self._data_or_none(self.bookie_path(bookie_id, readonly=readonly))
             if data is None:
                 continue
             endpoints = mf.decode_bookie_service_info(data).endpoints
             for endpoint in endpoints:
-                if endpoint.protocol == "bookie-rpc" and endpoint.host and endpoint.port > 0:
+                if endpoint.protocol == protocol and endpoint.host and endpoint.port > 0:
                     return endpoint.host, endpoint.port
             return None
         return None
