@@ -13,6 +13,7 @@ import json
 import os
 import pty
 import select
+import shutil
 import subprocess
 import sys
 import time
@@ -48,9 +49,15 @@ def metadata(tmp_path: Path) -> Iterator[str]:
 
 
 def run(
-    *args: str, stdout_tty: bool, stderr_tty: bool, no_color: bool = False, **extra_env: str
+    *args: str,
+    stdout_tty: bool,
+    stderr_tty: bool,
+    no_color: bool = False,
+    stop_after: str | None = None,
+    **extra_env: str,
 ) -> tuple[str, str, int]:
-    """`bkctl ARGS` with stdout and stderr each a pseudo-terminal or a pipe: (stdout, stderr, exit)."""
+    """`bkctl ARGS` with stdout and stderr each a pseudo-terminal or a pipe: (stdout, stderr, exit).
+    `stop_after`: SIGTERM the child once its stderr holds this text (a daemon)."""
     env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "BKCTL_OUTPUT")} | extra_env
     env |= {"COLUMNS": "120", "LINES": "40", "TERM": "xterm-256color", "PYTHONPATH": str(REPO)}
     if no_color:
@@ -69,12 +76,14 @@ def run(
     )
     for _, replica in terminals.values():
         os.close(replica)
-    got = _read_all(child, {name: master for name, (master, _) in terminals.items()})
+    got = _read_all(child, {name: master for name, (master, _) in terminals.items()}, stop_after)
     code = child.wait(timeout=RUN_TIMEOUT_S)
     return got["stdout"], got["stderr"], code
 
 
-def _read_all(child: subprocess.Popen[bytes], masters: dict[str, int]) -> dict[str, str]:
+def _read_all(
+    child: subprocess.Popen[bytes], masters: dict[str, int], stop_after: str | None
+) -> dict[str, str]:
     """Everything the child writes, from its pipes and terminals, until each closes (bounded)."""
     sources = {name: masters.get(name) for name in ("stdout", "stderr")}
     for name, fd in sources.items():
@@ -96,6 +105,9 @@ def _read_all(child: subprocess.Popen[bytes], masters: dict[str, int]) -> dict[s
                 chunks[open_fds[fd]].append(data)
             else:
                 del open_fds[fd]
+        if stop_after is not None and stop_after.encode() in b"".join(chunks["stderr"]):
+            child.terminate()
+            stop_after = None
     for fd in masters.values():
         os.close(fd)
     assert not open_fds, f"bkctl still writing after {RUN_TIMEOUT_S} s"
@@ -237,6 +249,34 @@ def test_audit_shows_spark_tasks_on_a_terminals_stderr(tmp_path: Path) -> None:
     assert json.loads(out)["summary"]["replicas_found"] == 2700
     assert BAR in err and "tasks" in err and "stage " in err
     assert "[Stage" not in err  # Spark's console progress
+
+
+def test_replay_tells_its_progress_through_the_callback(tmp_path: Path) -> None:
+    """The bookie's replay never draws: it tells the bytes it found and replayed to a callback."""
+    from bkctl.server.replay import replay
+
+    shutil.copytree(JOURNAL_DIR, tmp_path / "current")
+    told: list[tuple[int, int]] = []
+    report = replay(
+        tmp_path / "current", (-1, 0), lambda kind, body: None, progress=lambda *t: told.append(t)
+    )
+    found = sum(f for _, f in told)
+    journal = next((tmp_path / "current").glob("*.txn"))
+    assert told[0][0] == 0 and 0 < found <= journal.stat().st_size
+    assert sum(r for r, _ in told) == report.bytes > 0
+
+
+def test_bookie_start_shows_its_replay_on_a_terminal(tmp_path: Path) -> None:
+    from tests.client.test_java_data import prepare
+
+    uri = prepare(tmp_path)
+    base = tmp_path / "b1"
+    args = ("bookie", "start", "-p", "0", "--bookie-id", "127.0.0.1:33181", "--metadata", uri)
+    dirs = ("-j", str(base / "journal"), "-l", str(base / "ledgers"))
+    _, err, _ = run(*args, *dirs, stdout_tty=False, stderr_tty=True, stop_after="serving on")
+    assert "serving on" in err and "replay" in err and BAR in err
+    _, err, _ = run(*args, *dirs, stdout_tty=False, stderr_tty=False, stop_after="serving on")
+    assert "serving on" in err and BAR not in err and ESC not in err
 
 
 def test_bar_is_a_silent_stand_in_without_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:

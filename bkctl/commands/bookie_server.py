@@ -5,7 +5,9 @@ Twisted and the server package are imported inside the commands, so `bkctl --hel
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -175,7 +177,8 @@ def _run(config: BookieConfig, uri: str, port_file: Path | None, autorecovery: d
         reactor.stop()
 
     def begin() -> None:
-        service.start().addCallbacks(serving, failed)
+        replay_shown = _replay_progress(service)
+        service.start().addBoth(_passing(replay_shown.close)).addCallbacks(serving, failed)
 
     def stop() -> Any:
         from twisted.internet import defer
@@ -191,6 +194,34 @@ def _run(config: BookieConfig, uri: str, port_file: Path | None, autorecovery: d
         if isinstance(error, BkctlError | KeyboardInterrupt):
             raise error
         raise BkctlError(f"bookie failed to start: {type(error).__name__}: {error}") from error
+
+
+def _replay_progress(service: Any) -> contextlib.ExitStack:
+    """A bar over the journal bytes replayed on start (on a terminal); closing the stack ends it."""
+    from bkctl.commands.progress import bar, wanted
+
+    shown = contextlib.ExitStack()
+    if wanted():
+        replay_bar = shown.enter_context(bar("replay", None, unit_bytes=True))
+        seen = [0, 0]
+
+        def told(replayed: int, found: int) -> None:
+            seen[0] += replayed
+            seen[1] += found
+            replay_bar.update(seen[0], seen[1])
+
+        service.replay_progress = told
+    return shown
+
+
+def _passing(action: Callable[[], object]) -> Callable[[object], object]:
+    """A callback that runs `action` and hands the result (or failure) on unchanged."""
+
+    def run(result: object) -> object:
+        action()
+        return result
+
+    return run
 
 
 def _start_daemon(service: Any, reactor: Any, properties: dict[str, str], failed: Any) -> Any:

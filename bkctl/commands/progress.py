@@ -155,7 +155,10 @@ def _progress(unit: str, unit_bytes: bool, rate: bool) -> Any:
 
     from bkctl.commands.output import colour_wanted
 
-    console = Console(stderr=True, color_system="auto" if colour_wanted() else None, highlight=False)
+    # soft_wrap: a long log line printed above the bar keeps its one line, as it would without a bar
+    console = Console(
+        stderr=True, color_system="auto" if colour_wanted() else None, highlight=False, soft_wrap=True
+    )
     # One line whatever the terminal's width: the bar is short, the free text is cut (never wrapped).
     return Progress(
         TextColumn("{task.description}"),

@@ -45,6 +45,10 @@ ApplyRecord = Callable[[RecordKind, memoryview], str | None]
 # buffer[start:end] and stop before the first one it will not take; the buffer is valid during the call.
 TakeData = Callable[[bytearray, int, int], tuple[int, int]]
 
+# (journal bytes replayed, journal bytes found to replay), each since the last call: told once per
+# journal dir with what it holds past its mark, then after every chunk (a terminal's progress bar).
+ReplayProgress = Callable[[int, int], None]
+
 # Bytes read at a time. Bigger than the biggest record, so a record that straddles a chunk's end is
 # always whole after one re-read from its start.
 READ_CHUNK_SIZE: Final = max(8 * 1024 * 1024, 2 * (limits.JOURNAL_RECORD_SIZE_MAX + jf.PADDING_HEADER_SIZE))
@@ -79,6 +83,7 @@ def replay(
     apply: ApplyRecord,
     take_data: TakeData | None = None,
     mark_written_ns: int | None = None,
+    progress: ReplayProgress | None = None,
 ) -> ReplayReport:
     """Scan the journals from `mark` (oldest first) and apply every record; returns what was done.
 
@@ -100,12 +105,14 @@ def replay(
             journal_dir,
         )
         mark = (-1, 0)
-    for journal_id, path in journals:
-        offset = start_offset(journal_id, path, mark, mark_written_ns)
+    offsets = [(path, start_offset(journal_id, path, mark, mark_written_ns)) for journal_id, path in journals]
+    told = progress or (lambda replayed, found: None)
+    told(0, sum(max(0, path.stat().st_size - offset) for path, offset in offsets if offset is not None))
+    for (journal_id, _), (path, offset) in zip(journals, offsets, strict=True):
         if offset is None:
             continue
         report.journals.append(path.name)
-        scan = _JournalScan(path, buffer, apply, take_data)
+        scan = _JournalScan(path, buffer, apply, take_data, told)
         scan.run(offset, report)
         report.end_mark = (journal_id, report.end_mark[1])
     report.seconds = time.perf_counter() - started
@@ -170,11 +177,19 @@ def merge_reports(reports: list[ReplayReport]) -> ReplayReport:
 class _JournalScan:
     """Replays one journal file through the reused chunk buffer."""
 
-    def __init__(self, path: Path, buffer: bytearray, apply: ApplyRecord, take_data: TakeData | None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        buffer: bytearray,
+        apply: ApplyRecord,
+        take_data: TakeData | None,
+        progress: ReplayProgress,
+    ) -> None:
         self.path = path
         self.buffer = buffer
         self.apply = apply
         self.take_data = take_data
+        self.progress = progress
         self.records = 0
         self.entries = 0
         self.report = ReplayReport((-1, 0))
@@ -216,6 +231,7 @@ class _JournalScan:
             end = _read_chunk(fd, self.buffer, base)
             at_eof = base + end >= size or end < len(self.buffer)
             stop = self._scan_chunk(base, end, version, at_eof)
+            self.progress(max(0, min(stop.position, size) - base), 0)
             if stop.status is StopStatus.NEED_MORE and not at_eof and stop.position != base:
                 base = stop.position
                 continue

@@ -32,6 +32,7 @@ from bkctl.server.config import BookieConfig
 from bkctl.server.dirlock import DirectoryLocks, holder_text, lock_directories
 from bkctl.server.gc import GarbageCollector, GcSettings
 from bkctl.server.protocol import BookieFactory, NetworkMetrics, deliver_durable, deliver_lost
+from bkctl.server.replay import ReplayProgress
 from bkctl.server.storage import ReplayReport, Storage, StorageConfig
 
 log = logging.getLogger("bkctl.bookie")
@@ -134,6 +135,7 @@ class BookieService:
         self.extra_metrics: list[Callable[[], Iterator[str]]] = []  # see server/http.py
         self.state = "starting"
         self.replay: ReplayReport | None = None
+        self.replay_progress: ReplayProgress | None = None  # told the journal bytes replayed on start
         self.registered_read_only: bool | None = None
         self._listener: Any = None
         self._http_listener: Any = None
@@ -165,7 +167,7 @@ class BookieService:
         self.bookie_id = self.config.resolved_bookie_id(self.port)
         yield self._in_thread(cookies.check_cookies, self.config, self.layout, self.bookie_id)
         self.storage = Storage(self._storage_config, deliver_durable, self._reactor, deliver_lost)
-        self.replay = self.storage.start()
+        self.replay = self.storage.start(self.replay_progress)
         self.factory.storage = self.storage
         self.factory.ready = True
         self.state = "read-only" if self.storage.read_only else "read-write"

@@ -44,7 +44,7 @@ from bkctl.server.index import IndexStore
 from bkctl.server.journal import JournalSettings, JournalWriter, Mark, list_journals, remove_old_journals
 from bkctl.server.metrics import StorageMetrics
 from bkctl.server.moves import Moved, write_moves
-from bkctl.server.replay import ReplayReport, merge_reports, replay
+from bkctl.server.replay import ReplayProgress, ReplayReport, merge_reports, replay
 from bkctl.server.replay_runs import ReplayRuns
 from bkctl.server.write_cache import SIZE_PREFIX, LedgerBuffer, WriteCache, shifted_slots
 
@@ -224,7 +224,7 @@ class Storage:
 
     # --- start: replay ----------------------------------------------------------------------------
 
-    def start(self) -> ReplayReport:
+    def start(self, progress: ReplayProgress | None = None) -> ReplayReport:
         """Blocking, before the bookie listens: replay each journal from its lastMark, checkpoint, open files.
 
         Journals are replayed one after the other: a ledger's records are all in one journal, so the
@@ -240,7 +240,7 @@ class Storage:
         marks = self._read_last_marks()
         report = merge_reports(
             [
-                replay(directory, mark, self._replay_record, self._replay_take, written_ns)
+                replay(directory, mark, self._replay_record, self._replay_take, written_ns, progress)
                 for directory, (mark, written_ns) in zip(self._journal_currents, marks, strict=True)
             ]
         )

@@ -78,7 +78,9 @@ def replayed(directory: Path, fast: bool, monkeypatch: pytest.MonkeyPatch, **ove
             patch.setattr(
                 storage_module,
                 "replay",
-                lambda d, mark, apply, take=None, written=None: real(d, mark, apply, None, written),
+                lambda d, mark, apply, take=None, written=None, progress=None: real(
+                    d, mark, apply, None, written, progress
+                ),
             )
         storage = Storage(config(directory, **overrides), Durable(), ThreadedClock())
         return storage, storage.start()
