@@ -64,15 +64,15 @@ class Holding:
     def last(self) -> int:
         return max(first + len(held) * 8 - 1 for first, held, *_ in self.rows)
 
-    def masks(self, size: int) -> tuple[Mask, Mask, Mask]:
-        """(held, verified, failed) over entries 0..size-1."""
-        held, ok, bad = (np.zeros(size, dtype=np.bool_) for _ in range(3))
-        for first, packed, ok_bits, bad_bits, _ in self.rows:
-            for mask, bits in ((held, packed), (ok, ok_bits), (bad, bad_bits)):
+    def masks(self, size: int) -> tuple[Mask, Mask]:
+        """(held, failed digest) over entries 0..size-1."""
+        held, bad = np.zeros(size, dtype=np.bool_), np.zeros(size, dtype=np.bool_)
+        for first, packed, _, bad_bits, _ in self.rows:
+            for mask, bits in ((held, packed), (bad, bad_bits)):
                 if bits:
                     width = min(len(bits) * 8, size - first)
                     mask[first : first + width] |= bitmaps.unpack(bits, width)
-        return held, ok, bad
+        return held, bad
 
     def crc_pairs(self) -> Iterator[tuple[Any, Any]]:
         """(entry ids, payload CRCs) of the verified copies, row by row."""
@@ -111,10 +111,9 @@ class _Ledger:
         closed_last = max((s.last_entry_id for s in segments if s.state == "CLOSED"), default=-1)
         self.size = max(last_held, closed_last) + 1
         self.held: dict[str, Mask] = {}
-        self.ok: dict[str, Mask] = {}
         self.bad: dict[str, Mask] = {}
         for bookie, holding in holdings.items():
-            self.held[bookie], self.ok[bookie], self.bad[bookie] = holding.masks(self.size)
+            self.held[bookie], self.bad[bookie] = holding.masks(self.size)
         self.holding = holdings
         self.copies = sum(self.held.values(), np.zeros(self.size, dtype=np.int16))
 
