@@ -25,8 +25,8 @@ from bkctl.commands.output import on_terminal
 
 T = TypeVar("T")
 
-# Calls to Bar.update closer together than this are dropped (the last one of a run is always kept):
-# a per-record caller costs a clock read, not a lock and a redraw.
+# Calls to Bar.update closer together than this are dropped (never the one that reaches the total): a
+# per-record caller costs a clock read, not a lock and a redraw.
 UPDATE_INTERVAL_S: Final = 0.1
 REFRESHES_PER_S: Final = 4
 BAR_WIDTH: Final = 20
@@ -44,18 +44,21 @@ def wanted(stdout_busy: bool = False) -> bool:
 class Bar:
     """What a command tells the person waiting: `update` with absolute values, from any thread."""
 
+    shows = False  # whether anything is drawn (a caller may skip work that only feeds the bar)
+
     def update(
         self,
         completed: float,
         total: float | None = None,
         *,
         info: str | None = None,
-        label: str | None = None,
     ) -> None:
         """Nothing: no terminal to draw on."""
 
 
 class _RichBar(Bar):
+    shows = True
+
     def __init__(self, progress: Any, task: Any, total: float | None) -> None:
         self._progress, self._task = progress, task
         self._total = total
@@ -68,7 +71,6 @@ class _RichBar(Bar):
         total: float | None = None,
         *,
         info: str | None = None,
-        label: str | None = None,
     ) -> None:
         now = time.monotonic()
         total = self._total if total is None else total
@@ -77,8 +79,6 @@ class _RichBar(Bar):
                 return
             self._shown, self._total = now, total
         fields: dict[str, Any] = {} if info is None else {"info": info}
-        if label is not None:
-            fields["description"] = label
         self._progress.update(self._task, completed=completed, total=total, **fields)
 
 
@@ -110,14 +110,12 @@ def bar(
             progress.stop()
 
 
-def track(
-    items: Iterable[T], progress: Bar, position: Any, total: float | None = None, info: Any = None
-) -> Iterator[T]:
+def track(items: Iterable[T], progress: Bar, position: Any, total: float | None = None) -> Iterator[T]:
     """`items`, telling `progress` where we are (`position(item)`, e.g. a record's file offset) every
-    TRACK_EVERY items, and at the end; `info(item)` gives the bar's text, if any."""
+    TRACK_EVERY items, and at the end."""
     for count, item in enumerate(items, 1):
         if count % TRACK_EVERY == 0:
-            progress.update(position(item), total, info=None if info is None else info(item))
+            progress.update(position(item), total)
         yield item
     if total is not None:
         progress.update(total, total)

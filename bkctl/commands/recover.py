@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -39,6 +38,8 @@ from bkctl.errors import ConflictError, Interrupted, ProblemsFound, UsageError
 if TYPE_CHECKING:
     from bkctl.client.ledger import Client
     from bkctl.recovery.bookie_recovery import RecoveryReport
+
+RECOVERY_LOOK_S = 0.5  # how often a progress bar looks at the copies under way
 
 PLAN_COLUMNS = (
     Column("ledger_id", "LEDGER", numeric=True),
@@ -151,8 +152,12 @@ async def _run(
             f"bookie {', '.join(alive)} is registered: it is alive (stop it first, or --force to copy its "
             "ledgers anyway)"
         )
-    with bar("recover", None, "ledgers") as shown, interruptible(client.reactor) as stop:
-        run = BookieRecovery(client, options, _shown_on(shown))
+    with (
+        bar("recover", None, "ledgers") as shown,
+        _RecoveryShown(shown, client.reactor) as told,
+        interruptible(client.reactor) as stop,
+    ):
+        run = BookieRecovery(client, options, told)
         client.reactor.callLater(0, _watch_stop, client.reactor, stop, run)
         report = await run.run()
     if run.stopping:  # what was done so far, in the format asked for: a script learns how far it got
@@ -198,19 +203,43 @@ def _delete_cookies(client: Client, bookies: tuple[str, ...]) -> None:
             pass
 
 
-def _shown_on(shown: Bar) -> Callable[[RecoveryReport], None]:
-    """The recovery's progress callback: ledgers done of total on the bar, what was copied beside it."""
+class _RecoveryShown:
+    """The recovery's progress callback, and a look every RECOVERY_LOOK_S at the report it was last
+    given (the fragments under way grow between two callbacks): ledgers done of total on the bar,
+    fragments, entries, MB copied and MB/s beside it."""
 
-    def show(report: RecoveryReport) -> None:
+    def __init__(self, shown: Bar, reactor: Any) -> None:
+        from twisted.internet.task import LoopingCall
+
+        self.shown = shown
+        self.report: RecoveryReport | None = None
+        self.looks = LoopingCall(self.look)
+        self.looks.clock = reactor
+
+    def __enter__(self) -> _RecoveryShown:
+        if self.shown.shows:
+            self.looks.start(RECOVERY_LOOK_S, now=False)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.looks.running:
+            self.looks.stop()
+
+    def __call__(self, report: RecoveryReport) -> None:
+        self.report = report
+        self.look()
+
+    def look(self) -> None:
+        report = self.report
+        if report is None:
+            return
+        entries, copied = report.copied_now()
         elapsed = max(time.monotonic() - report.started, 1e-6)
-        copied = report.copied
         info = (
-            f"{report.fragments_copied} fragments  {copied.entries:,} entries  {copied.bytes / 1e6:.1f} MB  "
-            f"{copied.bytes / 1e6 / elapsed:.1f} MB/s"
+            f"{report.fragments_copied} fragments  {entries:,} entries  {copied / 1e6:.1f} MB  "
+            f"{copied / 1e6 / elapsed:.1f} MB/s"
         )
-        shown.update(report.ledgers_done, report.ledgers_total, info=info)
-
-    return show
+        self.shown.update(report.ledgers_done, report.ledgers_total, info=info)
 
 
 def _render(document: dict[str, Any], fmt: OutputFormat) -> None:
@@ -321,9 +350,12 @@ def ledger_recover(
     async def work(client: Client) -> RecoveryReport:
         from bkctl.recovery.bookie_recovery import recover_ledger_replicas
 
-        with bar(f"ledger {ledger_id}", None, "ledgers") as shown:
+        with (
+            bar(f"ledger {ledger_id}", None, "ledgers") as shown,
+            _RecoveryShown(shown, client.reactor) as told,
+        ):
             return await recover_ledger_replicas(
-                client, ledger_id, target=target, full=full, password=secret, progress=_shown_on(shown)
+                client, ledger_id, target=target, full=full, password=secret, progress=told
             )
 
     report = run_client(metadata, work)

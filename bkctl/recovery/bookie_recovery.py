@@ -102,6 +102,14 @@ class RecoveryReport:
     ledgers_deleted: int = 0  # deleted while the run went on (quietly passed over)
     target_overrides: int = 0  # segments where the target could not go (already there): placement chose
     corrupt: list[tuple[int, int, str]] = field(default_factory=list)  # (ledger, entry, bookie) bad copies
+    # the fragments being copied now, their counts growing entry by entry (not in the JSON: `copied` has
+    # them once done); a progress display reads them between two callbacks, a ledger can be one long copy
+    copying: list[CopyStats] = field(default_factory=list)
+
+    def copied_now(self) -> tuple[int, int]:
+        """(entries, bytes) copied so far, the fragments under way included."""
+        entries = self.copied.entries + sum(stats.entries for stats in self.copying)
+        return entries, self.copied.bytes + sum(stats.bytes for stats in self.copying)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -227,13 +235,15 @@ class BookieRecovery:
     async def _move(self, handle: LedgerHandle, fragment: Fragment, target: str) -> None:
         """Copy the fragment to `target`, then swap it in (nothing to swap when copied back in place)."""
         stats = CopyStats()
+        self.report.copying.append(stats)
         try:
             await copy_fragment(
                 handle, fragment, target, failed=set(self.failed), throttle=self.throttle, stats=stats
             )
         finally:
+            self.report.copying = [other for other in self.report.copying if other is not stats]
             self._count(handle.ledger_id, stats)
-            self.progress(self.report)  # a ledger can be one long copy: tell each fragment's end
+            self.progress(self.report)
         if target != fragment.bookie:
             await swap_bookie(handle, fragment, target)
         self.report.fragments_copied += 1

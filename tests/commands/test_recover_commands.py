@@ -87,6 +87,24 @@ def test_2_dry_run_prints_the_plan_and_changes_nothing(dead: Dead, tmp_path: Pat
     assert before == after
 
 
+def test_2b_progress_on_a_terminals_stderr_and_the_same_report(dead: Dead) -> None:
+    """Issue 17: a bar on stderr when it is a terminal; stdout the same report as with stderr piped."""
+    from tests.test_output_terminal import BAR, run
+
+    args = ("recover", dead.uri, dead.bookie, "--dry-run", "-o", "json")
+    out, err, code = run(*args, stdout_tty=False, stderr_tty=True)
+    assert code == 0, err
+    assert BAR in err and "recover" in err and "ledgers" in err
+    piped_out, piped_err, code = run(*args, stdout_tty=False, stderr_tty=False)
+    assert code == 0 and BAR not in piped_err
+    # The same report but for its timing and the new bookies (placement picks them at random).
+    same = [
+        {**doc, "seconds": 0, "plan": [{**step, "new_ensemble": None} for step in doc["plan"]]}
+        for doc in (json.loads(out), json.loads(piped_out))
+    ]
+    assert same[0] == same[1]
+
+
 def test_3_recover_then_every_replica_is_there(dead: Dead) -> None:
     code, out, err = dead.run("recover", dead.uri, dead.bookie, "-o", "json")
     report = json.loads(out)
