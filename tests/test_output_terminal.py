@@ -12,6 +12,7 @@ import io
 import json
 import os
 import pty
+import re
 import select
 import shutil
 import subprocess
@@ -34,6 +35,7 @@ RUN_TIMEOUT_S = 60.0
 ESC = "\x1b["
 RULE = "\u2500"  # rich's horizontal line under a table's header
 BAR = "\u2501"  # rich's progress bar
+SGR = "\x1b\\[[0-9;]*m"  # a colour or text style escape
 
 
 @pytest.fixture
@@ -224,6 +226,10 @@ def test_progress_shows_on_a_terminals_stderr_only() -> None:
     assert code == 0
     assert out == piped_out  # stdout untouched by the bar
     assert BAR in err and JOURNAL_DIR.glob("*.txn").__next__().name in err and "MB" in err
+    assert re.search(SGR, err)  # in colour
+    out, err, code = run(*args, stdout_tty=False, stderr_tty=True, no_color=True)
+    assert code == 0 and out == piped_out
+    assert BAR in err and not re.search(SGR, err)  # NO_COLOR: drawn, without a colour (nor bold)
 
 
 def test_no_progress_over_rows_streaming_to_the_same_terminal() -> None:
