@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from bkctl.commands.options import MetadataOption, open_layout
+from bkctl.commands.options import MetadataOption, metadata_choice, open_layout
 from bkctl.commands.output import (
     Column,
     OutputFormat,
@@ -21,7 +21,7 @@ from bkctl.commands.output import (
     write_rows,
     write_title,
 )
-from bkctl.errors import BkctlError, ProblemsFound, UsageError
+from bkctl.errors import BkctlError, ProblemsFound
 
 CHECK_COLUMNS = (Column("check", "CHECK"), Column("state", "STATE"), Column("detail", "DETAIL"))
 BOOKIE_COLUMNS = (
@@ -52,14 +52,14 @@ def doctor(
     problem: the list is printed (stdout) and summed up on stderr.
     """
     from bkctl.commands import doctor_checks as checks
+    from bkctl.metadata.store import parse_metadata_uri
 
     fmt = resolve(output)
+    parse_metadata_uri(metadata_choice(metadata))  # a bad --metadata is a usage error (exit 2), not a finding
     try:
         with open_layout(metadata) as layout:
             report = checks.run_checks(layout, disk_warn)
-    except UsageError:
-        raise
-    except BkctlError as exc:  # unreachable, no cluster, undecodable LAYOUT: the first check fails
+    except BkctlError as exc:  # unreachable, no cluster, a foreign or undecodable LAYOUT: reported
         report = checks.unreachable(exc)
     _render(report, fmt)
     problems = report.problems

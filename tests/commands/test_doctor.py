@@ -11,6 +11,7 @@ import signal
 from pathlib import Path
 
 from bkctl.metadata.layout import Layout
+from bkctl.metadata.sqlite import SqliteStore
 from bkctl.metadata.zookeeper import ZooKeeperStore
 from bkctl.protocol.metadata_format import Cookie
 from tests.commands.sandbox_proc import bkctl
@@ -94,3 +95,16 @@ def test_no_store_is_one_problem_and_the_rest_unknown(tmp_path: Path) -> None:
     found = states(document)
     assert found.pop("metadata") == "problem" and set(found.values()) == {"unknown"}
     assert "no metadata store" in err and not (tmp_path / "none.db").exists()
+
+
+def test_a_foreign_layout_is_a_problem_and_a_bad_option_a_usage_error(tmp_path: Path) -> None:
+    uri = f"sqlite://{tmp_path / 'md.db'}"
+    assert bkctl("cluster", "init", metadata=uri).returncode == 0
+    with SqliteStore(tmp_path / "md.db") as store:
+        layout = Layout(store)
+        store.set(layout.path("LAYOUT"), b"2\norg.apache.bookkeeper.meta.FlatLedgerManagerFactory:1")
+    code, document, err = doctor(uri)
+    assert code == 3 and states(document)["metadata"] == "problem"
+    assert "FlatLedgerManagerFactory" in err
+    assert bkctl("doctor", "--disk-warn", "2", metadata=uri).returncode == 2
+    assert bkctl("doctor", "--metadata", "").returncode == 2
