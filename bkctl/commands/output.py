@@ -287,7 +287,9 @@ def write_title(text: str, fmt: OutputFormat, out: TextIO | None = None) -> None
     if fmt is OutputFormat.table:
         out = out or sys.stdout
         if on_terminal(out):
-            _console(out).print(_text(text, "bold"))
+            from rich.text import Text
+
+            _console(out).print(Text(text, style="bold"))
             return
         out.write(f"{text}\n")
 
@@ -315,20 +317,15 @@ def _console(out: TextIO) -> Any:
     )
 
 
-def _text(cell: str, style: str | None) -> Any:
-    from rich.text import Text
-
-    return Text(cell, style=style or "")
-
-
-def _styled(key: str, cell: str) -> Any:
-    return _text(cell, STYLES.get(key, {}).get(cell))
+def _style(key: str, cell: str) -> str | None:
+    """The colour of a shown value of field `key` (STYLES), if it has one."""
+    return STYLES.get(key, {}).get(cell)
 
 
 def _rich_rows(rows: Iterator[Mapping[str, Any]], columns: Sequence[Column], out: TextIO) -> int:
     """A header in bold over a rule, then the rows, each state coloured. Lines are composed here rather
-    than by rich's Table, which lays out every cell of every row (~100x slower: a 1 GiB journal's
-    records would crawl on a terminal)."""
+    than by rich's Table, which lays out every cell of every row (~30x slower: a 1 GiB journal's
+    records would crawl on a terminal; benchmarks/RESULTS.md)."""
     from rich.text import Text
 
     console = _console(out)
@@ -354,7 +351,7 @@ def _rich_line(cells: Sequence[str], columns: Sequence[Column], widths: Sequence
     for i, (cell, column, width) in enumerate(zip(cells, columns, widths, strict=True)):
         pad = " " * max(0, width - len(cell))
         line.append(pad if column.numeric else "")
-        line.append(cell, STYLES.get(column.key, {}).get(cell))
+        line.append(cell, _style(column.key, cell))
         if i < last:
             line.append(("" if column.numeric else pad) + "  ")
     return line
@@ -362,10 +359,12 @@ def _rich_line(cells: Sequence[str], columns: Sequence[Column], widths: Sequence
 
 def _rich_mapping(values: Mapping[str, Any], out: TextIO) -> None:
     from rich.table import Table
+    from rich.text import Text
 
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column(overflow="fold")
     for key, value in values.items():
-        grid.add_row(key + ":", _styled(key, _cell(value)))
+        cell = _cell(value)
+        grid.add_row(key + ":", Text(cell, style=_style(key, cell) or ""))
     _console(out).print(grid)
