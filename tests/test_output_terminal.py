@@ -15,6 +15,7 @@ import pty
 import re
 import select
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -283,6 +284,30 @@ def test_bookie_start_shows_its_replay_on_a_terminal(tmp_path: Path) -> None:
     assert "serving on" in err and "replay" in err and BAR in err
     _, err, _ = run(*args, *dirs, stdout_tty=False, stderr_tty=False, stop_after="serving on")
     assert "serving on" in err and BAR not in err and ESC not in err
+
+
+@pytest.mark.slow
+def test_ledger_write_and_read_show_their_entries_on_a_terminal(tmp_path: Path) -> None:
+    """A real sandbox cluster: the bar counts the entries acknowledged (write) and read (read, stdout to
+    a pipe); stdout is the same as with stderr piped."""
+    from tests.commands.sandbox_proc import Sandbox
+
+    sandbox = Sandbox(tmp_path / "sb", "--bookies", "3", "--base-port", "0", "--no-autorecovery")
+    try:
+        uri = str(sandbox.wait_ready()["metadata_uri"])
+        write = ("ledger", "write", "-n", "3000", "-s", "100", "-o", "json", "--metadata", uri)
+        out, err, code = run(*write, stdout_tty=False, stderr_tty=True)
+        assert code == 0, err
+        assert BAR in err and "/3,000 entries" in err
+        ledger_id = json.loads(out)["ledger_id"]
+        read = ("ledger", "read", str(ledger_id), "-o", "json", "--metadata", uri)
+        out, err, code = run(*read, stdout_tty=False, stderr_tty=True)
+        assert code == 0 and BAR in err and "entries" in err
+        piped_out, piped_err, code = run(*read, stdout_tty=False, stderr_tty=False)
+        assert code == 0 and out == piped_out and BAR not in piped_err
+        assert len(json.loads(out)) == 3000
+    finally:
+        assert sandbox.stop(signal.SIGINT) == 0
 
 
 def test_bar_is_a_silent_stand_in_without_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -251,6 +251,7 @@ async def write_entries(
                 shown.update(lh.last_add_confirmed + 1)
         while in_flight:
             await in_flight.popleft()
+            shown.update(lh.last_add_confirmed + 1)
     except BkctlError:
         for pending in in_flight:
             pending.addErrback(lambda _: None)
