@@ -278,6 +278,7 @@ def test_bookie_start_shows_its_replay_on_a_terminal(tmp_path: Path) -> None:
 
     uri = prepare(tmp_path)
     base = tmp_path / "b1"
+    (base / "ledgers" / "current" / "lastMark").unlink()  # the whole journal to replay
     args = ("bookie", "start", "-p", "0", "--bookie-id", "127.0.0.1:33181", "--metadata", uri)
     dirs = ("-j", str(base / "journal"), "-l", str(base / "ledgers"))
     _, err, _ = run(*args, *dirs, stdout_tty=False, stderr_tty=True, stop_after="serving on")

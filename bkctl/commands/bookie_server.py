@@ -197,20 +197,26 @@ def _run(config: BookieConfig, uri: str, port_file: Path | None, autorecovery: d
 
 
 def _replay_progress(service: Any) -> contextlib.ExitStack:
-    """A bar over the journal bytes replayed on start (on a terminal); closing the stack ends it."""
+    """A bar over the journal bytes replayed on start, on a terminal, from the replay's first word (not
+    while the metadata store is awaited) and only when there is something to replay; closing the stack
+    ends it."""
     from bkctl.commands.progress import bar, wanted
 
     shown = contextlib.ExitStack()
-    if wanted():
-        replay_bar = shown.enter_context(bar("replay", None, unit_bytes=True))
-        seen = [0, 0]
+    if not wanted():
+        return shown
+    seen = [0, 0]  # bytes replayed, bytes found to replay
+    replay_bar: list[Any] = []
 
-        def told(replayed: int, found: int) -> None:
-            seen[0] += replayed
-            seen[1] += found
-            replay_bar.update(seen[0], seen[1])
+    def told(replayed: int, found: int) -> None:
+        seen[0] += replayed
+        seen[1] += found
+        if not replay_bar and seen[1]:
+            replay_bar.append(shown.enter_context(bar("replay", seen[1], unit_bytes=True)))
+        if replay_bar:
+            replay_bar[0].update(seen[0], seen[1])
 
-        service.replay_progress = told
+    service.replay_progress = told
     return shown
 
 
