@@ -323,38 +323,54 @@ def _style(key: str, cell: str) -> str | None:
 
 
 def _rich_rows(rows: Iterator[Mapping[str, Any]], columns: Sequence[Column], out: TextIO) -> int:
-    """A header in bold over a rule, then the rows, each state coloured. Lines are composed here rather
-    than by rich's Table, which lays out every cell of every row (~30x slower: a 1 GiB journal's
-    records would crawl on a terminal; benchmarks/RESULTS.md)."""
+    """A header in bold over a rule (printed by rich), then the rows, states in their colours (rich's
+    escape codes around the cell). Rows are composed here as the plain layout composes them: rich's
+    Table lays out every cell of every row, over 100x slower (a 1 GiB journal's records would crawl on a
+    terminal; benchmarks/RESULTS.md)."""
     from rich.text import Text
 
     console = _console(out)
+    paint = _painter(console)
     batch = [[_cell(row.get(c.key)) for c in columns] for row in islice(rows, RICH_BATCH_ROWS)]
     widths = [max([len(c.header)] + [len(r[i]) for r in batch]) for i, c in enumerate(columns)]
-    header = _rich_line([c.header for c in columns], columns, widths)
-    header.stylize("bold")
-    console.print(header)
+
+    def line(cells: Sequence[str]) -> str:
+        parts = []
+        for cell, width, column in zip(cells, widths, columns, strict=True):
+            pad = " " * (width - len(cell))
+            shown = paint(column.key, cell)
+            parts.append(pad + shown if column.numeric else shown + pad)
+        return "  ".join(parts).rstrip() + "\n"
+
+    console.print(Text(line([c.header for c in columns]).rstrip("\n"), style="bold"))
     console.print(Text(RULE_CHAR * (sum(widths) + 2 * (len(widths) - 1)), style="dim"))
     count = 0
     while batch:
-        console.print(Text("\n").join(_rich_line(cells, columns, widths) for cells in batch))
+        out.write("".join(line(cells) for cells in batch))
         count += len(batch)
         batch = [[_cell(row.get(c.key)) for c in columns] for row in islice(rows, RICH_BATCH_ROWS)]
+    out.flush()
     return count
 
 
-def _rich_line(cells: Sequence[str], columns: Sequence[Column], widths: Sequence[int]) -> Any:
-    from rich.text import Text
+def _painter(console: Any) -> Callable[[str, str], str]:
+    """(field key, shown value) -> the value wrapped in the escape codes rich writes for its STYLES
+    colour on this console (none under NO_COLOR or on a terminal without colours)."""
+    from rich.console import COLOR_SYSTEMS
+    from rich.style import Style
 
-    line = Text()
-    last = len(cells) - 1
-    for i, (cell, column, width) in enumerate(zip(cells, columns, widths, strict=True)):
-        pad = " " * max(0, width - len(cell))
-        line.append(pad if column.numeric else "")
-        line.append(cell, _style(column.key, cell))
-        if i < last:
-            line.append(("" if column.numeric else pad) + "  ")
-    return line
+    system = COLOR_SYSTEMS.get(console.color_system or "")
+    codes = {
+        (key, value): tuple(Style.parse(style).render("\0", color_system=system).split("\0"))
+        for key, styles in STYLES.items()
+        for value, style in styles.items()
+    }
+
+    def paint(key: str, cell: str) -> str:
+        found = codes.get((key, cell))
+        return cell if found is None else f"{found[0]}{cell}{found[1]}"
+
+    return paint
 
 
 def _rich_mapping(values: Mapping[str, Any], out: TextIO) -> None:
