@@ -198,7 +198,9 @@ def test_json_on_a_terminal_is_the_json_of_a_pipe(metadata: str) -> None:
     assert on_terminal == piped and ESC not in piped[0]
 
 
-def test_a_long_table_streams_in_batches_at_the_same_widths(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_long_table_on_a_terminal_keeps_its_widths_past_the_first_rows(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setenv("NO_COLOR", "1")
 
     class Terminal(io.StringIO):
@@ -206,13 +208,13 @@ def test_a_long_table_streams_in_batches_at_the_same_widths(monkeypatch: pytest.
             return True
 
     out = Terminal()
-    rows = ({"id": i, "state": "CLOSED" if i % 2 else "OPEN"} for i in range(output.RICH_BATCH_ROWS * 2 + 5))
+    rows = ({"id": i, "state": "CLOSED" if i % 2 else "OPEN"} for i in range(output.TABLE_WIDTH_ROWS * 2 + 5))
     columns = [Column("id", "ID", numeric=True), Column("state", "STATE")]
-    assert output.write_rows(rows, columns, OutputFormat.table, out) == output.RICH_BATCH_ROWS * 2 + 5
+    assert output.write_rows(rows, columns, OutputFormat.table, out) == output.TABLE_WIDTH_ROWS * 2 + 5
     lines = out.getvalue().splitlines()
     assert lines[0].split() == ["ID", "STATE"] and set(lines[1]) == {RULE}
     body = lines[2:]
-    assert len(body) == output.RICH_BATCH_ROWS * 2 + 5  # one header for all the batches, no blank line
+    assert len(body) == output.TABLE_WIDTH_ROWS * 2 + 5  # one header, no blank line
     assert len({line.index("OPEN" if "OPEN" in line else "CLOSED") for line in body}) == 1  # aligned
 
 

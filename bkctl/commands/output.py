@@ -101,6 +101,11 @@ def on_terminal(stream: TextIO) -> bool:
         return False
 
 
+# Rows that set a table's column widths: a table of a million rows starts printing at once, in bounded
+# memory; a wider cell later just pushes its row out of line.
+TABLE_WIDTH_ROWS: Final = 200
+
+
 @dataclass(frozen=True)
 class Column:
     """A column of a table: `key` in the row dict, `header` shown on top, right-aligned numbers."""
@@ -219,8 +224,7 @@ def write_rows(
 ) -> int:
     """Stream rows as a table (header, aligned) or plain tab-separated lines; return the row count.
 
-    Column widths come from the header and the first 200 rows, so a table of a million rows still
-    starts printing at once; later, wider cells just push their row out of line.
+    Column widths come from the header and the first TABLE_WIDTH_ROWS rows (see there).
     """
     out = out or sys.stdout
     iterator = iter(rows)
@@ -233,21 +237,35 @@ def write_rows(
             count += 1
         out.flush()
         return count
-    head = [[_cell(row.get(c.key)) for c in columns] for row in islice(iterator, 200)]
+    return _aligned_rows(iterator, columns, out, lambda _, cell: cell, lambda header, _: out.write(header))
+
+
+def _aligned_rows(
+    rows: Iterator[Mapping[str, Any]],
+    columns: Sequence[Column],
+    out: TextIO,
+    paint: Callable[[str, str], str],
+    write_header: Callable[[str, Sequence[int]], object],
+) -> int:
+    """The table layout, for a file and for a terminal: widths from the header and the first
+    TABLE_WIDTH_ROWS rows, numbers right-aligned, two spaces between columns. `paint(key, cell)` dresses
+    a shown value (colours on a terminal); `write_header(line, widths)` writes the header line."""
+    head = [[_cell(row.get(c.key)) for c in columns] for row in islice(rows, TABLE_WIDTH_ROWS)]
     widths = [max([len(c.header)] + [len(r[i]) for r in head]) for i, c in enumerate(columns)]
 
     def line(cells: Sequence[str]) -> str:
-        parts = [
-            cell.rjust(width) if column.numeric else cell.ljust(width)
-            for cell, width, column in zip(cells, widths, columns, strict=True)
-        ]
+        parts = []
+        for cell, width, column in zip(cells, widths, columns, strict=True):
+            pad = " " * (width - len(cell))
+            shown = paint(column.key, cell)
+            parts.append(pad + shown if column.numeric else shown + pad)
         return "  ".join(parts).rstrip() + "\n"
 
-    out.write(line([c.header for c in columns]))
+    write_header(line([c.header for c in columns]), widths)
     for cells in head:
         out.write(line(cells))
     count = len(head)
-    for row in iterator:
+    for row in rows:
         out.write(line([_cell(row.get(c.key)) for c in columns]))
         count += 1
     out.flush()
@@ -296,9 +314,6 @@ def write_title(text: str, fmt: OutputFormat, out: TextIO | None = None) -> None
 
 # --- on a terminal: rich ---------------------------------------------------------------------------------
 
-# Rows per print: the first batch sets the column widths (as the plain table does), later ones follow at
-# the same widths, so a million rows stream in bounded memory and stay aligned.
-RICH_BATCH_ROWS: Final = 200
 RULE_CHAR: Final = "\u2500"
 
 
@@ -323,34 +338,18 @@ def _style(key: str, cell: str) -> str | None:
 
 
 def _rich_rows(rows: Iterator[Mapping[str, Any]], columns: Sequence[Column], out: TextIO) -> int:
-    """A header in bold over a rule (printed by rich), then the rows, states in their colours (rich's
-    escape codes around the cell). Rows are composed here as the plain layout composes them: rich's
-    Table lays out every cell of every row, over 100x slower (a 1 GiB journal's records would crawl on a
-    terminal; benchmarks/RESULTS.md)."""
+    """The table layout with its header in bold over a rule (printed by rich) and states in their
+    colours (rich's escape codes around the cell). Not rich's Table: it lays out every cell of every
+    row, over 100x slower (a 1 GiB journal's records would crawl on a terminal; benchmarks/RESULTS.md)."""
     from rich.text import Text
 
     console = _console(out)
-    paint = _painter(console)
-    batch = [[_cell(row.get(c.key)) for c in columns] for row in islice(rows, RICH_BATCH_ROWS)]
-    widths = [max([len(c.header)] + [len(r[i]) for r in batch]) for i, c in enumerate(columns)]
 
-    def line(cells: Sequence[str]) -> str:
-        parts = []
-        for cell, width, column in zip(cells, widths, columns, strict=True):
-            pad = " " * (width - len(cell))
-            shown = paint(column.key, cell)
-            parts.append(pad + shown if column.numeric else shown + pad)
-        return "  ".join(parts).rstrip() + "\n"
+    def header(line: str, widths: Sequence[int]) -> None:
+        console.print(Text(line.rstrip("\n"), style="bold"))
+        console.print(Text(RULE_CHAR * (sum(widths) + 2 * (len(widths) - 1)), style="dim"))
 
-    console.print(Text(line([c.header for c in columns]).rstrip("\n"), style="bold"))
-    console.print(Text(RULE_CHAR * (sum(widths) + 2 * (len(widths) - 1)), style="dim"))
-    count = 0
-    while batch:
-        out.write("".join(line(cells) for cells in batch))
-        count += len(batch)
-        batch = [[_cell(row.get(c.key)) for c in columns] for row in islice(rows, RICH_BATCH_ROWS)]
-    out.flush()
-    return count
+    return _aligned_rows(rows, columns, out, _painter(console), header)
 
 
 def _painter(console: Any) -> Callable[[str, str], str]:
