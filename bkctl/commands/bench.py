@@ -221,7 +221,12 @@ def bench_read(
         int, typer.Option("--outstanding", "-D", min=1, max=limits.CLIENT_READS_IN_FLIGHT_MAX * 16)
     ] = 64,
     duration: DurationOption = 10.0,
-    password: Annotated[str, typer.Option("--password", help="Ledger password.")] = "",
+    password: Annotated[
+        str | None,
+        typer.Option(
+            "--password", help="Ledger password (default: the one an existing ledger's metadata stores)."
+        ),
+    ] = None,
     timeout_ms: TimeoutOption = None,
     metadata: MetadataOption = None,
     output: OutputOption = None,
@@ -243,13 +248,14 @@ def bench_read(
 
 
 async def _ledger_to_read(
-    client: Client, ledger_id: int | None, entries: int, entry_size: int, password: str
+    client: Client, ledger_id: int | None, entries: int, entry_size: int, password: str | None
 ) -> LedgerHandle:
-    if ledger_id is not None:
-        return await client.open_ledger(ledger_id, password.encode(), recovery=False)
+    if ledger_id is not None:  # opened as an administrator: the stored password unless one is given
+        secret = None if password is None else password.encode()
+        return await client.open_ledger(ledger_id, secret, recovery=False)
     from bkctl.commands.ledger_write import write_entries
 
-    lh = await client.create_ledger(3, 2, 2, password=password.encode())
+    lh = await client.create_ledger(3, 2, 2, password=(password or "").encode())
     message(f"bench: writing {entries} entries of {entry_size} bytes to ledger {lh.ledger_id}")
     await write_entries(lh, (b"r" * entry_size for _ in range(entries)))
     await lh.close()
