@@ -157,7 +157,7 @@ def check_disks(bookies: list[BookieHealth], report: Report, warn: float) -> Non
             b.disk_detail = "unknown (no admin HTTP endpoint registered)"
     with ThreadPoolExecutor(max_workers=HTTP_PARALLEL) as pool:
         for b, answer in zip(reachable, pool.map(_bookie_info, reachable), strict=True):
-            _take_disk(b, answer)
+            take_disk(b, answer)
     full = [b for b in bookies if b.disk_used_fraction is not None and b.disk_used_fraction >= warn]
     known = [b for b in bookies if b.disk_used_fraction is not None]
     if full:
@@ -186,7 +186,10 @@ def _bookie_info(bookie: BookieHealth) -> dict[str, Any] | str:
     return document if isinstance(document, dict) else f"unknown ({url}: not a JSON object)"
 
 
-def _take_disk(bookie: BookieHealth, answer: dict[str, Any] | str) -> None:
+def take_disk(bookie: BookieHealth, answer: dict[str, Any] | str) -> None:
+    """The disk usage of a bookie's info answer: bkctl's per-directory `disk_usage` (the fullest
+    directory counts: it turns the bookie read-only), or Java's `freeSpace` / `totalSpace` (the sum over
+    its ledger directories: the best a Java bookie says)."""
     if isinstance(answer, str):
         bookie.disk_detail = answer
         return
@@ -196,11 +199,17 @@ def _take_disk(bookie: BookieHealth, answer: dict[str, Any] | str) -> None:
         for d in (usage.values() if isinstance(usage, dict) else ())
         if isinstance(d, dict) and isinstance(d.get("used_fraction"), int | float)
     ]
-    if not fractions:
+    free, total = answer.get("freeSpace"), answer.get("totalSpace")
+    if fractions:
+        bookie.disk_used_fraction = max(fractions)
+        shown = f"fullest of {len(fractions)} directories"
+    elif isinstance(free, int) and isinstance(total, int) and 0 <= free <= total and total > 0:
+        bookie.disk_used_fraction = round(1 - free / total, 4)
+        shown = "all ledger directories together"
+    else:
         bookie.disk_detail = "unknown (the bookie reports no disk usage)"
         return
-    bookie.disk_used_fraction = max(fractions)
-    bookie.disk_detail = f"{bookie.disk_used_fraction:.0%} used (fullest of {len(fractions)} directories)"
+    bookie.disk_detail = f"{bookie.disk_used_fraction:.0%} used ({shown})"
 
 
 # --- repairs: marks, autorecovery, audits --------------------------------------------------------------
