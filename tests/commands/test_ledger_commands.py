@@ -4,6 +4,7 @@ against a real 3-bookie `bkctl sandbox` (one per module), with their exit codes.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import os
 import signal
@@ -187,6 +188,25 @@ def test_a_mac_ledger_reads_back_with_its_stored_password(cluster: Cluster) -> N
     assert code == 9 and "wrong password" in err
     code, _, _ = cluster.run("ledger", "fence", ledger)
     assert code == 11  # already closed by its writer
+
+
+def test_a_ledger_storing_no_password_is_fenced_with_password(cluster: Cluster) -> None:
+    """Metadata without a password (format v1, or written without one): an administrative open uses ""
+    (Java's bookieRecoveryPasswd default), which the bookies refuse for fencing: the error says to give
+    --password, and with it the ledger is fenced."""
+    written = cluster.json("ledger", "write", "--entries", "5", "--no-close", "--password", "kept")
+    assert isinstance(written, dict)
+    ledger = int(written["ledger_id"])
+    with SqliteStore(cluster.uri.removeprefix("sqlite://")) as store:
+        layout = Layout(store)
+        versioned = layout.read_ledger(ledger)
+        bare = dataclasses.replace(versioned.value, password=None)
+        layout.write_ledger(ledger, bare, versioned.version)
+    assert cluster.json("ledger", "read", str(ledger), "--as-text") is not None  # CRC32C reads need no key
+    code, _, err = cluster.run("ledger", "fence", str(ledger))
+    assert code == 9 and "its metadata stores no password: give --password" in err
+    fenced = cluster.json("ledger", "fence", str(ledger), "--password", "kept")
+    assert isinstance(fenced, dict) and (fenced["state"], fenced["last_entry_id"]) == ("CLOSED", 4)
 
 
 def test_unanswering_bookie_times_out_instead_of_hanging(cluster: Cluster) -> None:
