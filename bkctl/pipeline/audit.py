@@ -30,7 +30,8 @@ from pyspark.sql import functions as F
 
 from bkctl.metadata.stores import layout_at
 from bkctl.pipeline import compare, sources
-from bkctl.pipeline.inventory import BookieDirs, Verify, ledger_record_bytes
+from bkctl.pipeline.bookie_dirs import BookieDirs
+from bkctl.pipeline.inventory import Verify, ledger_record_bytes
 from bkctl.pipeline.online import OnlineBookie
 from bkctl.pipeline.session import parallelism
 

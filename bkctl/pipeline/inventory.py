@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import zlib
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from bkctl.files.marks import read_last_mark
 from bkctl.metadata.stores import layout_at
 from bkctl.model import INVALID_ENTRY_ID, DigestType, LedgerState
 from bkctl.pipeline import bitmaps
+from bkctl.pipeline.bookie_dirs import BookieDirs
 from bkctl.protocol import entry as entry_codec
 from bkctl.protocol import entrylog_format as ef
 from bkctl.protocol import index_format as ixf
@@ -46,10 +47,6 @@ LAST_MARK = "lastMark"
 # the payload of each `ok` copy, little-endian uint32 in entry order). A problem row (a file that cannot
 # be read) has ledger_id -1 and names the file in `problem`.
 HoldingRow = tuple[str, int, int, bytes, bytes, bytes, bytes, str | None]
-HOLDING_SCHEMA = (
-    "bookie string, ledger_id long, first_entry_id long, held binary, ok binary, bad binary, "
-    "crcs binary, problem string"
-)
 
 
 def problem_row(bookie: str, problem: str) -> HoldingRow:
@@ -96,15 +93,6 @@ def holding_rows(
         )
 
 
-@dataclass
-class BookieDirs:
-    """One bookie's directories found on this machine (their `current/` subdirectories)."""
-
-    bookie_id: str
-    ledger_dirs: list[Path] = field(default_factory=list)
-    journal_dirs: list[Path] = field(default_factory=list)
-
-
 def resolve_bookie_dirs(specs: Iterable[str]) -> list[BookieDirs]:
     """`[ID=]DIR` arguments -> bookies. DIR is a journal or ledger directory, or a bookie's root holding
     several; the bookie id comes from each directory's cookie unless ID= gives it. UsageError for a
@@ -146,14 +134,6 @@ def _is_journal_dir(current: Path) -> bool:
 
 
 # --- what a bookie holds -----------------------------------------------------------------------------
-
-
-def index_files(bookie: BookieDirs) -> list[Path]:
-    """Every `<x>/<y>/<hex>.idx` under the bookie's ledger dirs (Java's default: index in ledger dirs)."""
-    files = []
-    for current in bookie.ledger_dirs:
-        files += [p for p in current.glob("*/*/*.idx") if ixf.parse_index_file_name(p.name) is not None]
-    return sorted(files)
 
 
 @dataclass(frozen=True)
@@ -317,10 +297,6 @@ def _record_size(log: Path, offset: int) -> int:
 # One row per segment: ledger_id, state, last_entry_id (closed: the last entry; open: -1, the end comes
 # from what the bookies hold), ensemble_size, write_quorum, ack_quorum, first_entry_id, segment_last
 # (-1: to the ledger's end), ensemble, problem (a node that does not decode: the row has its ledger_id).
-SEGMENT_SCHEMA = (
-    "ledger_id long, state string, last_entry_id long, ensemble_size int, write_quorum int, "
-    "ack_quorum int, first_entry_id long, segment_last long, ensemble array<string>, problem string"
-)
 
 
 def segment_rows(uri: str, ledger_ids: list[int]) -> Iterator[tuple[Any, ...]]:

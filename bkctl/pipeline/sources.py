@@ -1,42 +1,43 @@
 """The audit's inputs as PySpark Python data sources (`pyspark.sql.datasource`), producing Arrow record
 batches: ledger metadata partitioned by ledger id ranges, bookie contents partitioned by file (offline)
 or by bookie and ledger id range (online). The readers run in executors: everything they need travels
-in the options (JSON) and partition values."""
+in the options (JSON) and partition values.
+
+Spark asks each data source for its schema and partitions in Python processes of their own, started
+afresh by every audit (a cold start each), so this module imports only what that takes; pyarrow and the
+readers' modules (inventory, online: numpy, the bookie's file readers) load when a partition is read."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from bkctl.model import DigestType
-from bkctl.pipeline import inventory, online
-from bkctl.pipeline.inventory import BookieDirs, Verify
-from bkctl.pipeline.online import OnlineBookie
+from bkctl.pipeline.bookie_dirs import BookieDirs, index_files
+
+if TYPE_CHECKING:
+    from bkctl.pipeline.inventory import HoldingRow, Verify
+    from bkctl.pipeline.online import OnlineBookie
 
 BATCH_ROWS = 65536
 BATCH_BYTES = 16 << 20  # a batch of bitmap rows ends past this many bytes of bitmaps
 # Index files per partition at most (few big tasks beat many small ones: a task costs ~10 ms).
 FILES_PER_PARTITION_MAX = 256
 
-_HOLDING_TYPES = (pa.string(), pa.int64(), pa.int64(), *[pa.binary()] * 4, pa.string())
-_HOLDING_NAMES = ("bookie", "ledger_id", "first_entry_id", "held", "ok", "bad", "crcs", "problem")
-_SEGMENT_TYPES = (
-    pa.int64(),
-    pa.string(),
-    pa.int64(),
-    pa.int32(),
-    pa.int32(),
-    pa.int32(),
-    pa.int64(),
-    pa.int64(),
-    pa.list_(pa.string()),
-    pa.string(),
+# inventory.HoldingRow and inventory.segment_rows, as Spark schemas.
+HOLDING_SCHEMA = (
+    "bookie string, ledger_id long, first_entry_id long, held binary, ok binary, bad binary, "
+    "crcs binary, problem string"
 )
+SEGMENT_SCHEMA = (
+    "ledger_id long, state string, last_entry_id long, ensemble_size int, write_quorum int, "
+    "ack_quorum int, first_entry_id long, segment_last long, ensemble array<string>, problem string"
+)
+_HOLDING_NAMES = ("bookie", "ledger_id", "first_entry_id", "held", "ok", "bad", "crcs", "problem")
 _SEGMENT_NAMES = (
     "ledger_id",
     "state",
@@ -49,6 +50,19 @@ _SEGMENT_NAMES = (
     "ensemble",
     "problem",
 )
+
+
+def _holding_types() -> tuple[Any, ...]:
+    import pyarrow as pa
+
+    return (pa.string(), pa.int64(), pa.int64(), *[pa.binary()] * 4, pa.string())
+
+
+def _segment_types() -> tuple[Any, ...]:
+    import pyarrow as pa
+
+    ints = (pa.int64(), pa.int32(), pa.int32(), pa.int32(), pa.int64(), pa.int64())
+    return (pa.int64(), pa.string(), *ints, pa.list_(pa.string()), pa.string())
 
 
 def batches(rows: Iterator[tuple[Any, ...]], names: tuple[str, ...], types: tuple[Any, ...]) -> Iterator[Any]:
@@ -66,6 +80,8 @@ def batches(rows: Iterator[tuple[Any, ...]], names: tuple[str, ...], types: tupl
 
 
 def _batch(rows: list[tuple[Any, ...]], names: tuple[str, ...], types: tuple[Any, ...]) -> Any:
+    import pyarrow as pa
+
     columns = [
         pa.array(list(values), type=t) for values, t in zip(zip(*rows, strict=True), types, strict=True)
     ]
@@ -102,6 +118,8 @@ def _decode_bookies(options: Mapping[str, str]) -> list[BookieDirs]:
 def _decode_verify(options: Mapping[str, str]) -> Verify | None:
     if "verify" not in options:
         return None
+    from bkctl.pipeline.inventory import Verify
+
     raw = json.loads(options["verify"])
     keys = {
         int(k): (DigestType[name], None if mac is None else bytes.fromhex(mac))
@@ -118,7 +136,7 @@ class BookieFiles(DataSource):
         return "bkctl_bookie_files"
 
     def schema(self) -> str:
-        return inventory.HOLDING_SCHEMA
+        return HOLDING_SCHEMA
 
     def reader(self, schema: Any) -> DataSourceReader:
         return BookieFilesReader(self.options)
@@ -127,12 +145,12 @@ class BookieFiles(DataSource):
 class BookieFilesReader(DataSourceReader):
     def __init__(self, options: Mapping[str, str]) -> None:
         self.bookies = _decode_bookies(options)
-        self.verify = _decode_verify(options)
+        self.options = dict(options)
 
     def partitions(self) -> list[InputPartition]:
         parts: list[InputPartition] = []
         for i, bookie in enumerate(self.bookies):
-            files = [str(p) for p in inventory.index_files(bookie)]
+            files = [str(p) for p in index_files(bookie)]
             for start in range(0, len(files), FILES_PER_PARTITION_MAX):
                 parts.append(InputPartition(("index", i, files[start : start + FILES_PER_PARTITION_MAX])))
             parts += [InputPartition(("journal", i, [str(d)])) for d in sorted(bookie.journal_dirs)]
@@ -142,15 +160,18 @@ class BookieFilesReader(DataSourceReader):
         kind, i, paths = partition.value
         if kind == "none":
             return
-        yield from batches(self._rows(kind, self.bookies[i], paths), _HOLDING_NAMES, _HOLDING_TYPES)
+        yield from batches(self._rows(kind, self.bookies[i], paths), _HOLDING_NAMES, _holding_types())
 
-    def _rows(self, kind: str, bookie: BookieDirs, paths: list[str]) -> Iterator[inventory.HoldingRow]:
+    def _rows(self, kind: str, bookie: BookieDirs, paths: list[str]) -> Iterator[HoldingRow]:
+        from bkctl.pipeline import inventory
+
+        verify = _decode_verify(self.options)
         logs = inventory.entry_log_ids(bookie) if kind == "index" else set()
         for path in map(Path, paths):
             if kind == "index":
-                yield from inventory.index_holdings(bookie, path, self.verify, logs)
+                yield from inventory.index_holdings(bookie, path, verify, logs)
             else:
-                yield from inventory.journal_holdings(bookie, path, self.verify)
+                yield from inventory.journal_holdings(bookie, path, verify)
 
 
 # --- bookies online ----------------------------------------------------------------------------------
@@ -175,7 +196,7 @@ class BookiesOnline(DataSource):
         return "bkctl_bookies_online"
 
     def schema(self) -> str:
-        return inventory.HOLDING_SCHEMA
+        return HOLDING_SCHEMA
 
     def reader(self, schema: Any) -> DataSourceReader:
         return BookiesOnlineReader(self.options)
@@ -183,9 +204,9 @@ class BookiesOnline(DataSource):
 
 class BookiesOnlineReader(DataSourceReader):
     def __init__(self, options: Mapping[str, str]) -> None:
-        self.bookies = [OnlineBookie(*b) for b in json.loads(options["bookies"])]
+        self.bookies: list[list[Any]] = json.loads(options["bookies"])  # [id, host, port]
         self.ids: list[int] = json.loads(options["ids"])
-        self.verify = _decode_verify(options)
+        self.options = dict(options)
 
     def partitions(self) -> list[InputPartition]:
         parts = [
@@ -196,10 +217,13 @@ class BookiesOnlineReader(DataSourceReader):
         return parts or [InputPartition((0, []))]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
+        from bkctl.pipeline import online
+
         i, ledger_ids = partition.value
         if ledger_ids:
-            rows = online.holdings(self.bookies[i], ledger_ids, self.verify)
-            yield from batches(rows, _HOLDING_NAMES, _HOLDING_TYPES)
+            bookie = online.OnlineBookie(*self.bookies[i])
+            rows = online.holdings(bookie, ledger_ids, _decode_verify(self.options))
+            yield from batches(rows, _HOLDING_NAMES, _holding_types())
 
 
 # --- ledger metadata ---------------------------------------------------------------------------------
@@ -213,7 +237,7 @@ class LedgerSegments(DataSource):
         return "bkctl_ledger_segments"
 
     def schema(self) -> str:
-        return inventory.SEGMENT_SCHEMA
+        return SEGMENT_SCHEMA
 
     def reader(self, schema: Any) -> DataSourceReader:
         return LedgerSegmentsReader(self.options)
@@ -232,9 +256,11 @@ class LedgerSegmentsReader(DataSourceReader):
         ]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
+        from bkctl.pipeline import inventory
+
         if partition.value:
             yield from batches(
-                inventory.segment_rows(self.uri, partition.value), _SEGMENT_NAMES, _SEGMENT_TYPES
+                inventory.segment_rows(self.uri, partition.value), _SEGMENT_NAMES, _segment_types()
             )
 
 
