@@ -35,6 +35,15 @@ def test_healthy_sandbox_then_autorecovery_disabled_then_a_bookie_killed(tmp_pat
         code, document, err = doctor(uri)
         assert code == 0, err
         assert document["healthy"] is True and document["bookies_rw"] == 3
+        assert set(document) == {  # the JSON contract (docs/cli.md)
+            "healthy", "checks", "bookies", "instance_id", "layout", "root", "bookies_rw", "bookies_ro",
+            "bookies_down", "underreplicated_count", "autorecovery_enabled", "auditor", "auditor_running",
+            "last_audit_ms", "last_check_all_ledgers_ms",
+        }  # fmt: skip
+        assert [c["check"] for c in document["checks"]] == [  # type: ignore[attr-defined]
+            "metadata", "instance_id", "bookies", "disk", "underreplicated", "autorecovery", "auditor",
+            "last_audit",
+        ]  # fmt: skip
         found = states(document)
         assert found.pop("last_audit") in ("ok", "unknown")  # the auditor's first check may be under way
         assert set(found.values()) == {"ok"}, document
