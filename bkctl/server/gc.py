@@ -681,7 +681,8 @@ class GarbageCollector:
             return
         if scan.error is not None:
             raise OSError(scan.error)
-        await self.storage.when_idle()
+        await self.storage.when_idle()  # the last batch's slots are written
+        await self._in_thread(self.storage.sync_relocated)
         if self._halted():
             return
         fault_point("compaction-before-remove")

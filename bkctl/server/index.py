@@ -47,6 +47,7 @@ class IndexStore:
         self._pages: OrderedDict[tuple[int, int], bytes] = OrderedDict()
         self._paths: dict[int, Path] = {}
         self._lock = threading.Lock()
+        self._unsynced: set[int] = set()  # ledgers whose relocated slots are not fsynced yet
         self.page_misses = 0
 
     # --- locating files -------------------------------------------------------------------------
@@ -197,7 +198,8 @@ class IndexStore:
                 self._remember((ledger_id, page_no), page)
 
     def relocate(self, ledger_id: int, moves: list[tuple[array[int], bytes, bytes]]) -> int:
-        """Compaction: each entry's slot that still holds its old location takes the new one; fsynced.
+        """Compaction: each entry's slot that still holds its old location takes the new one; not
+        fsynced here (see `sync_relocated`).
 
         `moves` holds (entry ids, old locations, new locations), locations as big-endian slots. A run of
         consecutive entry ids on one page is compared and replaced as one slice (no Python per entry);
@@ -213,11 +215,25 @@ class IndexStore:
             return 0
         try:
             changed = sum(self._relocate(fd, ledger_id, path, *move) for move in moves)
-            if changed:
-                os.fsync(fd)
         finally:
             os.close(fd)
+        if changed:
+            with self._lock:
+                self._unsynced.add(ledger_id)
         return changed
+
+    def sync_relocated(self) -> int:
+        """Fsync every index file `relocate` changed since the last call; how many.
+
+        Compaction calls it once per old entry log, before that log goes: until then a slot lost by a
+        crash still names the old log, which is still there (the new copy was fsynced before the slot
+        was written, so a slot that did reach the disk is valid too). One fsync per ledger and log,
+        not one per ledger and batch: each is a disk cache flush the journal's fdatasync waits behind.
+        """
+        with self._lock:
+            ledgers, self._unsynced = self._unsynced, set()
+        paths = [self.find(ledger_id) for ledger_id in sorted(ledgers)]
+        return sum(_fsync_file(path) for path in paths if path is not None)
 
     def _relocate(
         self, fd: int, ledger_id: int, path: Path, entries: array[int], olds: bytes, news: bytes
@@ -327,3 +343,16 @@ def _last_entry_id(fd: int, size: int) -> int:
         if last is not None:
             return last
     return -1
+
+
+def _fsync_file(path: Path) -> bool:
+    """Fsync a file; False when it is gone (a ledger deleted since: nothing left to keep)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | _CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return True

@@ -79,6 +79,10 @@ CHECKPOINT_AT_FRACTION: Final = 1 / 16
 # checkpointed at the same moment and their entry-log bursts shared the disk (3 bookie processes: every
 # 12-17 ms gap between add completions was three overlapping checkpoints).
 CHECKPOINT_JITTER: Final = (0.5, 1.5)
+# Compaction sends one batch per checkpoint, 20-40 checkpoints a second: those write lastMark (a file
+# fsync, a rename and a directory fsync, each a disk cache flush a concurrent add's journal fdatasync
+# waits behind) at most this often. A lagging lastMark only means a longer replay.
+COMPACTION_MARK_INTERVAL_S: Final = 1.0
 
 __all__ = ["Moved", "ReplayReport", "Storage", "StorageConfig"]
 
@@ -215,6 +219,7 @@ class Storage:
         self._adds_refused = False  # any of the four states above: see _refusal
         self._refresh_refusal()
         self.last_marks_written: tuple[Mark, ...] = ((-1, 0),) * len(self._journals)
+        self._marks_written_at = 0.0  # monotonic time of the last lastMark write
         self._replay_skipped = 0
         self._replay_runs = ReplayRuns(self._writer, self._stored_sample)
         self._read_digests = DigestChecker()  # each ledger's digest type, inferred from its stored entries
@@ -695,6 +700,8 @@ class Storage:
             # the write cache (see _checkpoint_done). The unflushed entry log bytes go.
             self._writer.discard_unflushed()
             raise
+        if run.moves and time.monotonic() - self._marks_written_at < COMPACTION_MARK_INTERVAL_S:
+            return  # lastMark may lag (replay covers more); see COMPACTION_MARK_INTERVAL_S
         self._write_last_marks(run.marks)
         self._remove_old_journals(run.marks)
 
@@ -760,6 +767,7 @@ class Storage:
             for index, mark in enumerate(marks):
                 _write_file(directory / self._last_mark_name(index), jf.encode_last_mark(*mark))
         self.last_marks_written = marks
+        self._marks_written_at = time.monotonic()
 
     @property
     def last_mark_written(self) -> Mark:
@@ -843,9 +851,14 @@ class Storage:
 
     def relocate(self, moved: Moved) -> Deferred[None]:
         """Copy compaction's live records to the current entry log with the next checkpoint, which
-        fsyncs them before pointing the index at them (only slots still at the old location move)."""
+        fsyncs them before pointing the index at them (only slots still at the old location move; the
+        index files are fsynced by `sync_relocated`)."""
         self._moves.append(moved)
         return self.checkpoint()
+
+    def sync_relocated(self) -> int:
+        """Fsync the index files compaction's relocations changed (blocking: call off the reactor)."""
+        return self._index.sync_relocated()
 
     def retire_entry_log(self, log_id: int) -> None:
         """Close the reader's file of an entry log no index slot names any more, before its removal (the

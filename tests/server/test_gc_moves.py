@@ -56,6 +56,18 @@ def test_relocate_striped_ids_and_missing_ledger(tmp_path: Path) -> None:
     assert store.find(99) is None
 
 
+def test_relocated_index_files_are_synced_once_per_call(tmp_path: Path) -> None:
+    store = store_with(tmp_path, 5, {0: (1 << 32) + 100})
+    store.write(6, ixf.IndexHeader(ixf.V1, b"key"), {0: (1 << 32) + 200})
+    for ledger_id, old in ((5, 100), (6, 200), (5, 100)):  # ledger 5's second move changes nothing
+        store.relocate(ledger_id, [(array("q", [0]), be([(1 << 32) + old]), be([(2 << 32) + old]))])
+    assert store.sync_relocated() == 2
+    assert store.sync_relocated() == 0  # nothing relocated since
+    store.relocate(6, [(array("q", [0]), be([(2 << 32) + 200]), be([(3 << 32) + 200]))])
+    store.delete(6)  # deleted before the sync: nothing to keep
+    assert store.sync_relocated() == 0
+
+
 def batch_of(records: list[tuple[int, int, bytes]], log_id: int = 1, at: int = 1024) -> Moved:
     batch = Moved()
     for ledger_id, entry_id, payload in records:
