@@ -63,7 +63,7 @@ def test_bad_server_keys_name_the_key(certs: Certificates, keys: dict[str, str],
 
 def test_unreadable_or_mismatched_files_are_usage_errors(certs: Certificates, tmp_path: Path) -> None:
     missing = tls.TlsSettings(certificate_path=tmp_path / "none.pem", key_path=certs.bookie.key)
-    with pytest.raises(UsageError, match="tlsCertificatePath: .* is not a readable file"):
+    with pytest.raises(UsageError, match=r"tlsCertificatePath: .* is not a readable file"):
         tls.server_context(missing)
     mismatched = tls.TlsSettings(certificate_path=certs.bookie.cert, key_path=certs.client.key)
     with pytest.raises(UsageError, match="TLS certificate"):
@@ -92,7 +92,11 @@ def test_client_keys_java_names_and_overrides(certs: Certificates) -> None:
         )
     with pytest.raises(UsageError, match="needs tlsCertificatePath and tlsKeyStore"):
         tls.client_settings(
-            {"tlsProviderFactoryClass": JAVA, "tlsTrustStore": str(certs.ca), "tlsClientAuthentication": "true"}
+            {
+                "tlsProviderFactoryClass": JAVA,
+                "tlsTrustStore": str(certs.ca),
+                "tlsClientAuthentication": "true",
+            }
         )
 
 

@@ -83,11 +83,16 @@ async def test_adds_reads_and_fencing_over_tls(tmp_path: Path, certs: Certificat
 
 
 @twisted_test
-async def test_client_certificates_required_presented_and_missing(tmp_path: Path, certs: Certificates) -> None:
+async def test_client_certificates_required_presented_and_missing(
+    tmp_path: Path, certs: Certificates
+) -> None:
     cluster = await tls_cluster(tmp_path, 1, tls_keys(certs.bookie, trust=certs.ca))
     try:
         with_cert = TlsSettings(
-            certificate_path=certs.client.cert, key_path=certs.client.key, trust_path=certs.ca, client_auth=True
+            certificate_path=certs.client.cert,
+            key_path=certs.client.key,
+            trust_path=certs.ca,
+            client_auth=True,
         )
         lh = await bounded(tls_client(cluster, with_cert).create_ledger(1, 1, 1, password=PW))
         assert await bounded(lh.add_many([b"a", b"b"])) == [0, 1]
@@ -126,7 +131,9 @@ async def test_a_bookie_certificate_from_another_ca_is_rejected(tmp_path: Path, 
 
 
 @twisted_test
-async def test_plain_and_tls_clients_against_tls_and_plain_bookies(tmp_path: Path, certs: Certificates) -> None:
+async def test_plain_and_tls_clients_against_tls_and_plain_bookies(
+    tmp_path: Path, certs: Certificates
+) -> None:
     cluster = await tls_cluster(tmp_path, 1, tls_keys(certs.bookie))
     try:
         # A bookie with TLS still serves a client that never asks for it (Java's behaviour).

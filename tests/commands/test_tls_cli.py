@@ -36,7 +36,9 @@ def write(options: list[str], uri: str, entries: int = 20) -> tuple[int, str, st
     return done.returncode, done.stdout, done.stderr
 
 
-def test_tls_commands_against_a_bookie_requiring_client_certificates(tmp_path: Path, certs: Certificates) -> None:
+def test_tls_commands_against_a_bookie_requiring_client_certificates(
+    tmp_path: Path, certs: Certificates
+) -> None:
     uri = metadata_uri(tmp_path)
     conf = tmp_path / "bk_server.conf"
     conf.write_text(
@@ -51,7 +53,9 @@ def test_tls_commands_against_a_bookie_requiring_client_certificates(tmp_path: P
         code, out, err = write(tls_options(certs), uri)
         assert code == 0, err
         ledger = str(json.loads(out)["ledger_id"])
-        read = bkctl(*tls_options(certs), "ledger", "read", ledger, "--as-text", "--metadata", uri, "-o", "json")
+        read = bkctl(
+            *tls_options(certs), "ledger", "read", ledger, "--as-text", "--metadata", uri, "-o", "json"
+        )
         assert read.returncode == 0, read.stderr
         assert [row["payload"] for row in json.loads(read.stdout)][:2] == [f"L{ledger}-E0", f"L{ledger}-E1"]
 
