@@ -44,9 +44,10 @@ SERVER_KEYS: Final = (
     "tlsTrustStore",
     "tlsTrustStoreType",
     "tlsClientAuthentication",
+    "tlsRequired",  # bkctl's: the bookie serves nothing but START_TLS and AUTH before the handshake
 )
 CLIENT_KEYS: Final = (
-    *SERVER_KEYS,
+    *SERVER_KEYS[:-1],
     "clientKeyStore",
     "clientKeyStoreType",
     "clientKeyStorePasswordPath",
@@ -66,11 +67,14 @@ class TlsSettings:
     trust_path: Path | None = None  # PEM CA bundle the peer's certificate must chain to
     client_auth: bool = False  # bookie: require a client certificate; client: present one
     hostname_verification: bool = False  # client only: the bookie's certificate must name its host
+    required: bool = False  # bookie only (tlsRequired): no request served before the TLS handshake
 
 
 def server_settings(properties: Mapping[str, str]) -> TlsSettings | None:
     """A bookie's TLS settings from bk_server.conf keys; None when TLS is off. UsageError names the key."""
     if not _enabled(properties):
+        if _flag(properties, "tlsRequired"):
+            raise UsageError("config key tlsRequired: needs TLS on (tlsProviderFactoryClass)")
         return None
     settings = TlsSettings(
         certificate_path=_path(properties, "tlsCertificatePath"),
@@ -78,6 +82,7 @@ def server_settings(properties: Mapping[str, str]) -> TlsSettings | None:
         key_password_path=_path(properties, "tlsKeyStorePasswordPath"),
         trust_path=_path(properties, "tlsTrustStore", "tlsTrustStoreType"),
         client_auth=_flag(properties, "tlsClientAuthentication"),
+        required=_flag(properties, "tlsRequired"),
     )
     if settings.key_path is None or settings.certificate_path is None:
         raise UsageError("TLS is on (tlsProviderFactoryClass) but tlsCertificatePath or tlsKeyStore is unset")

@@ -36,6 +36,10 @@ def test_tls_is_off_without_a_provider_factory(certs: Certificates) -> None:
     assert tls.server_settings({"tlsCertificatePath": str(certs.bookie.cert)}) is None
     assert tls.client_settings({"tlsTrustStore": str(certs.ca)}) is None
     assert load_config({}).tls is None
+    with pytest.raises(UsageError, match="tlsRequired: needs TLS on"):
+        load_config({"tlsRequired": "true"})
+    required = load_config(server_keys(certs, tlsRequired="true")).tls
+    assert required is not None and required.required
 
 
 def test_server_keys_as_java_reads_them(certs: Certificates) -> None:

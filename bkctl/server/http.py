@@ -228,6 +228,12 @@ def prometheus_lines(bookie: BookieView) -> Iterator[str]:
         net.tls_handshake_failures,
     )
     yield from metric(
+        "bookie_tls_required_refusals_total",
+        "counter",
+        "Requests answered EUA before the TLS handshake (tlsRequired).",
+        net.tls_required_refusals,
+    )
+    yield from metric(
         "bookie_read_pauses_total",
         "counter",
         "Times a connection stopped being read (backpressure).",

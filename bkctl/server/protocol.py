@@ -86,6 +86,7 @@ class NetworkMetrics:
     read_pauses: int = 0  # times a connection stopped being read (backpressure)
     tls_handshakes: int = 0  # connections switched to TLS by START_TLS
     tls_handshake_failures: int = 0
+    tls_required_refusals: int = 0  # requests answered EUA before START_TLS (tlsRequired)
 
 
 class _FencingRead:
@@ -149,6 +150,9 @@ class BookieProtocol(protocol.Protocol):
         self._reading_paused = False
         self.peer = "?"
         self.tls_state: str | None = None  # set by START_TLS (server/start_tls.py)
+        # tlsRequired: until the handshake every request goes through _handle (no add fast path).
+        self._unprotected = factory.tls_required
+        self._add_header_high = -1 if factory.tls_required else _ADD_V2_HEADER_HIGH
         self._transport: Any = None  # the ITransport, untyped: zope interfaces and mypy do not mix
 
     # --- connection life ------------------------------------------------------------------------
@@ -174,6 +178,10 @@ class BookieProtocol(protocol.Protocol):
 
     def handshakeCompleted(self) -> None:
         start_tls.handshake_done(self)
+
+    def protected(self) -> None:
+        self._unprotected = False
+        self._add_header_high = _ADD_V2_HEADER_HIGH
 
     # --- IPushProducer: the transport's write buffer -------------------------------------------
 
@@ -236,6 +244,7 @@ class BookieProtocol(protocol.Protocol):
         add = self.storage.add
         pack = _FRAMED_ADD_RESPONSE.pack
         reply_size = wire.RESPONSE_FIXED_SIZE
+        add_header_high = self._add_header_high
         problem = None
         try:
             while end - position >= wire.LENGTH_PREFIX_SIZE:
@@ -252,7 +261,7 @@ class BookieProtocol(protocol.Protocol):
                 if position > end:
                     position = start
                     break
-                if header >> 16 == _ADD_V2_HEADER_HIGH and size >= _ADD_SIZE_MIN:
+                if header >> 16 == add_header_high and size >= _ADD_SIZE_MIN:
                     # A version 2 add, the bookie's hottest path: handled here, not in _handle. The entry
                     # is a bytearray, one copy out of the buffer (storage copies it into its cache).
                     entry = buffer[start + _ADD_ENTRY_OFFSET : position]
@@ -273,6 +282,8 @@ class BookieProtocol(protocol.Protocol):
 
     def _handle(self, payload: bytes) -> None:
         """Any request but a well-formed version 2 add (those are handled in `_frames`)."""
+        if self._unprotected and start_tls.refused(self, payload):
+            return
         if not wire_v3.is_v2_frame(payload):
             self._handle_v3(payload)
             return
@@ -456,9 +467,11 @@ class BookieFactory(protocol.Factory):
         pending_adds_max: int = limits.BOOKIE_PENDING_ADDS_PER_CONNECTION_MAX,
         tcp_no_delay: bool = True,
         tls_context: object | None = None,
+        tls_required: bool = False,
     ) -> None:
         self.storage = storage
         self.tls_context = tls_context  # bkctl.tls.ContextFactory; None: START_TLS answered EBADREQ
+        self.tls_required = tls_required  # only START_TLS and AUTH before the handshake
         self.frame_size_max = frame_size_max
         self.pending_adds_max = pending_adds_max
         self.tcp_no_delay = tcp_no_delay

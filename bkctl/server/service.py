@@ -128,6 +128,7 @@ class BookieService:
             config.pending_adds_per_connection_max,
             config.tcp_no_delay,
             tls_context=server_context(config.tls) if config.tls else None,  # bad files fail here
+            tls_required=config.tls.required if config.tls else False,
         )
         self.factory.ready = False
         self.store: MetadataStore | None = None

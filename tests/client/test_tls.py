@@ -12,7 +12,7 @@ import pytest
 from twisted.internet import reactor
 
 from bkctl.client.ledger import Client
-from bkctl.errors import FencedError, UnavailableError
+from bkctl.errors import FencedError, UnauthorizedError, UnavailableError
 from bkctl.server.service import BookieService
 from bkctl.tls import JAVA_PROVIDER_FACTORY, TlsSettings
 from tests.client.cluster import REQUEST_TIMEOUT_MS, Cluster, bounded
@@ -149,5 +149,24 @@ async def test_plain_and_tls_clients_against_tls_and_plain_bookies(
         assert await bounded(moved.add(b"not over plain TCP")) == 0
         assert moved.ensemble == [cluster.bookies[0].bookie_id]
         assert plain.factory.metrics.bad_requests >= 1 and handshakes(cluster.bookies) == (1, 0)
+    finally:
+        await cluster.stop()
+
+
+@twisted_test
+async def test_a_plain_client_on_a_bookie_requiring_tls(tmp_path: Path, certs: Certificates) -> None:
+    # tlsRequired (bkctl's key): nothing is served before the handshake; requests get EUA, as a Java
+    # bookie answers a connection that has not authenticated.
+    cluster = await tls_cluster(tmp_path, 1, {**tls_keys(certs.bookie), "tlsRequired": "true"})
+    try:
+        lh = await bounded(
+            tls_client(cluster, TlsSettings(trust_path=certs.ca)).create_ledger(1, 1, 1, password=PW)
+        )
+        assert await bounded(lh.add(b"protected")) == 0
+        plain = tls_client(cluster, None, 2)
+        with pytest.raises(UnauthorizedError):
+            reader = await bounded(plain.open_ledger(lh.ledger_id, PW, recovery=False))
+            await bounded(reader.read(0, 0))
+        assert cluster.bookies[0].factory.metrics.tls_required_refusals >= 1
     finally:
         await cluster.stop()

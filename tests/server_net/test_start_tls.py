@@ -100,3 +100,31 @@ def test_start_tls_out_of_turn_is_refused() -> None:
     transport.clear()
     proto.dataReceived(wire.frame(START_TLS_REQUEST))  # a second one, inside TLS
     assert v3_replies(transport) == [START_TLS_EBADREQ]
+
+
+def test_tls_required_serves_only_start_tls_and_auth_before_the_handshake() -> None:
+    factory = BookieFactory(MemoryStorage(), tls_context=object(), tls_required=True)
+    proto = factory.buildProtocol(None)
+    assert proto is not None
+    transport = TlsTransport()
+    proto.makeConnection(transport)
+    read = wire.frame(wire.encode_read_request(1, 0, 0, None))
+    proto.dataReceived(add_frame(1, 0) + read)
+    assert [(type(r).__name__, r.rc) for r in replies(transport)] == [  # type: ignore[union-attr]
+        ("AddResponse", wire.ReturnCode.EUA),
+        ("ReadResponse", wire.ReturnCode.EUA),
+    ]
+    read_lac = wire_v3.encode_entries_of_ledger_request(9, 1)
+    proto.dataReceived(wire.frame(read_lac))
+    (answer,) = map(wire_v3.decode_v3_response, v3_replies(transport))
+    assert answer.status == wire_v3.StatusCode.EUA and answer.header.txn_id == 9
+    assert factory.metrics.tls_required_refusals == 3 and not factory.storage.entries  # type: ignore[attr-defined]
+    proto.dataReceived(wire.frame(wire.encode_auth_request("AuthDisabledPlugin", b"")))
+    assert isinstance(replies(transport)[0], wire.AuthResponse)
+    proto.dataReceived(wire.frame(START_TLS_REQUEST))
+    assert transport.before_tls == wire.frame(START_TLS_EOK)
+    transport.clear()
+    proto.handshakeCompleted()
+    proto.dataReceived(add_frame(1, 0))  # protected now: served, by the add fast path
+    factory.storage.sync()  # type: ignore[attr-defined]
+    assert [r.rc for r in replies(transport)] == [wire.ReturnCode.EOK]  # type: ignore[union-attr]
