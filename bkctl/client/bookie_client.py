@@ -430,10 +430,11 @@ class BookieClient:
         self._flush()
 
     def _upgrade(self, transport: Any) -> ClientUpgrade | None:
-        if self._tls is None or self._address is None:
+        if self._tls is None:
             return None
+        host = self._address[0] if self._address is not None else ""  # set: _connect_to dialled it
         upgrade = ClientUpgrade(
-            transport, self._tls, self._address[0], self.bookie_id, self._reactor, self._connect_timeout_s
+            transport, self._tls, host, self.bookie_id, self._reactor, self._connect_timeout_s
         )
         upgrade.begin()
         return upgrade
