@@ -82,3 +82,17 @@ def test_bad_tls_options_are_usage_errors(tmp_path: Path, certs: Certificates) -
         code, _, err = write(options, uri)
         assert code == ExitCode.USAGE, err
         assert words in err and err.strip().startswith("bkctl: error: ")
+
+
+def test_autorecovery_in_a_tls_bookie_needs_a_trust_store(tmp_path: Path, certs: Certificates) -> None:
+    # As Java's AutoRecoveryMain, the daemon talks TLS with the bookie's keys as a client's: without a
+    # trust store it could not, so the bookie does not start (Java: "CA Certificate required").
+    conf = tmp_path / "bk_server.conf"
+    conf.write_text(
+        "tlsProviderFactoryClass=org.apache.bookkeeper.tls.TLSContextFactory\n"
+        f"tlsCertificatePath={certs.bookie.cert}\ntlsKeyStore={certs.bookie.key}\n"
+    )
+    started = bkctl("bookie", "start", "-c", str(conf), "-j", str(tmp_path / "j"), "-l", str(tmp_path / "l"),
+                    "--autorecovery", "--metadata", metadata_uri(tmp_path))  # fmt: skip
+    assert started.returncode == ExitCode.USAGE
+    assert "no trust store" in started.stderr and len(started.stderr.strip().splitlines()) == 1
