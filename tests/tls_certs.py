@@ -38,6 +38,7 @@ class Certificates:
     other_ca: Path  # a CA that signed neither of the above
     other_bookie: Pem  # a bookie certificate from other_ca
     other_client: Pem  # a client certificate from other_ca
+    elsewhere: Pem  # a bookie certificate from ca for the host elsewhere.test only (not 127.0.0.1)
 
 
 def write_certificates(directory: Path) -> Certificates:
@@ -50,7 +51,10 @@ def write_certificates(directory: Path) -> Certificates:
     client = _leaf(directory, "client", ca_key, ca_cert, server=False)
     other_bookie = _leaf(directory, "other-bookie", other_key, other_cert, server=True)
     other_client = _leaf(directory, "other-client", other_key, other_cert, server=False)
-    return Certificates(ca, bookie, client, other_ca, other_bookie, other_client)
+    elsewhere = _leaf(
+        directory, "elsewhere", ca_key, ca_cert, server=True, names=[x509.DNSName("elsewhere.test")]
+    )
+    return Certificates(ca, bookie, client, other_ca, other_bookie, other_client, elsewhere)
 
 
 def _name(common_name: str) -> x509.Name:
@@ -87,11 +91,17 @@ def _ca(common_name: str) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]
 
 
 def _leaf(
-    directory: Path, name: str, ca_key: ec.EllipticCurvePrivateKey, ca_cert: x509.Certificate, *, server: bool
+    directory: Path,
+    name: str,
+    ca_key: ec.EllipticCurvePrivateKey,
+    ca_cert: x509.Certificate,
+    *,
+    server: bool,
+    names: list[x509.GeneralName] | None = None,
 ) -> Pem:
     key = ec.generate_private_key(ec.SECP256R1())
     usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
-    names = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+    names = names or [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
     cert = (
         _builder(f"{name}.bkctl.test", ca_cert.subject, key.public_key())
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)

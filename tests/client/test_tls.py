@@ -170,3 +170,21 @@ async def test_a_plain_client_on_a_bookie_requiring_tls(tmp_path: Path, certs: C
         assert cluster.bookies[0].factory.metrics.tls_required_refusals >= 1
     finally:
         await cluster.stop()
+
+
+@twisted_test
+async def test_host_names_are_checked_only_when_asked(tmp_path: Path, certs: Certificates) -> None:
+    # Java's default (tlsHostnameVerificationEnabled=false): the chain is checked, not the name.
+    cluster = await tls_cluster(tmp_path, 1, tls_keys(certs.elsewhere))  # for elsewhere.test only
+    try:
+        lh = await bounded(
+            tls_client(cluster, TlsSettings(trust_path=certs.ca)).create_ledger(1, 1, 1, password=PW)
+        )
+        assert await bounded(lh.add(b"chain checked")) == 0
+        checking = tls_client(cluster, TlsSettings(trust_path=certs.ca, hostname_verification=True), 2)
+        with pytest.raises(UnavailableError):
+            late = await bounded(checking.create_ledger(1, 1, 1, password=PW))
+            await bounded(late.add(b"name checked: 127.0.0.1 is not elsewhere.test"))
+        assert handshakes(cluster.bookies)[0] == 1  # the refused one ends on the bookie side soon after
+    finally:
+        await cluster.stop()
