@@ -150,9 +150,7 @@ class BookieProtocol(protocol.Protocol):
         self._reading_paused = False
         self.peer = "?"
         self.tls_state: str | None = None  # set by START_TLS (server/start_tls.py)
-        # tlsRequired: until the handshake every request goes through _handle (no add fast path).
-        self._unprotected = factory.tls_required
-        self._add_header_high = -1 if factory.tls_required else _ADD_V2_HEADER_HIGH
+        self._unprotected = factory.tls_required  # tlsRequired, before the handshake: see _frames
         self._transport: Any = None  # the ITransport, untyped: zope interfaces and mypy do not mix
 
     # --- connection life ------------------------------------------------------------------------
@@ -181,7 +179,6 @@ class BookieProtocol(protocol.Protocol):
 
     def protected(self) -> None:
         self._unprotected = False
-        self._add_header_high = _ADD_V2_HEADER_HIGH
 
     # --- IPushProducer: the transport's write buffer -------------------------------------------
 
@@ -244,7 +241,7 @@ class BookieProtocol(protocol.Protocol):
         add = self.storage.add
         pack = _FRAMED_ADD_RESPONSE.pack
         reply_size = wire.RESPONSE_FIXED_SIZE
-        add_header_high = self._add_header_high
+        unprotected = self._unprotected  # only a handshake, never this loop, clears it
         problem = None
         try:
             while end - position >= wire.LENGTH_PREFIX_SIZE:
@@ -261,7 +258,11 @@ class BookieProtocol(protocol.Protocol):
                 if position > end:
                     position = start
                     break
-                if header >> 16 == add_header_high and size >= _ADD_SIZE_MIN:
+                if unprotected and start_tls.refused(
+                    self, bytes(buffer[start + wire.LENGTH_PREFIX_SIZE : position])
+                ):
+                    continue  # tlsRequired: answered EUA (anything but START_TLS and AUTH)
+                if header >> 16 == _ADD_V2_HEADER_HIGH and size >= _ADD_SIZE_MIN:
                     # A version 2 add, the bookie's hottest path: handled here, not in _handle. The entry
                     # is a bytearray, one copy out of the buffer (storage copies it into its cache).
                     entry = buffer[start + _ADD_ENTRY_OFFSET : position]
@@ -282,8 +283,6 @@ class BookieProtocol(protocol.Protocol):
 
     def _handle(self, payload: bytes) -> None:
         """Any request but a well-formed version 2 add (those are handled in `_frames`)."""
-        if self._unprotected and start_tls.refused(self, payload):
-            return
         if not wire_v3.is_v2_frame(payload):
             self._handle_v3(payload)
             return
