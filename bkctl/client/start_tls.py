@@ -22,7 +22,8 @@ from bkctl.tls import TlsSettings, client_context, describe
 
 log = logging.getLogger("bkctl.client.bookie_client")
 
-# Java starts its txn ids at 0 per client and START_TLS is the first request of a connection.
+# Any id does: START_TLS is alone on a new connection and its answer is checked by operation (v3
+# requests after it count their ids from 1).
 START_TLS_TXN_ID = 0
 
 
