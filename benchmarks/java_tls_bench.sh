@@ -5,7 +5,8 @@
 # Java's TLS keys with PEM files from tests/tls_certs.py (no client certificates), their journal on the
 # same disk with fsync on, and their own defaults otherwise. Prints one line per run with `uptime`.
 # Needs BKJAVA and BKPERF (../shared/tools/java-bookkeeper); not part of the test suite.
-#   BKJAVA=/tmp/bkjava BKPERF=/tmp/bkperf benchmarks/java_tls_bench.sh [WINDOW_S] [PAIRS]
+# V2=false makes the Java client speak v3 (bkctl bookies answer v3 once the v3 work is merged).
+#   BKJAVA=/tmp/bkjava BKPERF=/tmp/bkperf [V2=false] benchmarks/java_tls_bench.sh [WINDOW_S] [PAIRS]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 : "${BKJAVA:?set BKJAVA}" "${BKPERF:?set BKPERF}"
@@ -57,7 +58,7 @@ bench() {  # bench KIND(bkctl|java) TLS(tls|plain)
   pid=$!
   for _ in $(seq 300); do "$py" -m bkctl bookie list --metadata "$uri" -o plain 2>/dev/null | grep -q ":$port" && break; sleep 0.2; done
   local result
-  result=$(java $JAVA_OPTS_SMALL -Xmx1g "-Dzk=127.0.0.1:$zk_port" -Dv2=true "${client_tls[@]}" \
+  result=$(java $JAVA_OPTS_SMALL -Xmx1g "-Dzk=127.0.0.1:$zk_port" "-Dv2=${V2:-true}" "${client_tls[@]}" \
     -cp "$BKPERF/client/classes:$BK_CP" BkBench bench 1 1 1 1024 512 15 "$window" "$pid" 2>"$dir/bench.err" | tail -1)
   echo "$kind $mode: $result | load: $(uptime | sed 's/.*load average: //')"
   kill "$pid" 2>/dev/null
