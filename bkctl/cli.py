@@ -11,6 +11,7 @@ import logging
 import os
 import re
 import sys
+from pathlib import Path
 from typing import Annotated, NoReturn
 
 # Plain click-style help: typer's rich help costs ~120 ms of imports per `--help` and TAB press.
@@ -22,7 +23,7 @@ import typer  # after TYPER_USE_RICH is set
 from typer._click import core as click_core
 from typer._click import exceptions as click_exceptions
 
-from bkctl import __version__
+from bkctl import __version__, tls
 from bkctl.commands.output import OutputClosed, OutputOption
 from bkctl.errors import BkctlError, ExitCode
 
@@ -84,6 +85,21 @@ def _root(
             show_default=False,
         ),
     ] = None,
+    tls_on: Annotated[
+        bool, typer.Option("--tls", help="Talk to bookies over TLS (START_TLS; env BKCTL_TLS=1).")
+    ] = False,
+    tls_trust_store: Annotated[
+        Path | None,
+        typer.Option("--tls-trust-store", help="PEM CA bundle the bookies' certificates must chain to."),
+    ] = None,
+    tls_cert: Annotated[
+        Path | None, typer.Option("--tls-cert", help="PEM client certificate, for bookies that require one.")
+    ] = None,
+    tls_key: Annotated[Path | None, typer.Option("--tls-key", help="PEM private key of --tls-cert.")] = None,
+    tls_hostname_verification: Annotated[
+        bool,
+        typer.Option("--tls-hostname-verification", help="The bookie's certificate must name its host."),
+    ] = False,
     version: Annotated[
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
@@ -96,6 +112,15 @@ def _root(
         os.environ["BKCTL_OUTPUT"] = output.value
     if metadata_timeout_ms is not None:
         os.environ["BKCTL_METADATA_TIMEOUT_MS"] = str(metadata_timeout_ms)
+    # The client reads these in bkctl/tls.py (client_settings_from_env), wherever it is made.
+    tls_env = {
+        tls.ENV_TLS: "1" if tls_on else None,
+        tls.ENV_TRUST_STORE: tls_trust_store,
+        tls.ENV_CERTIFICATE: tls_cert,
+        tls.ENV_KEY: tls_key,
+        tls.ENV_HOSTNAME_VERIFICATION: "1" if tls_hostname_verification else None,
+    }
+    os.environ.update({name: str(value) for name, value in tls_env.items() if value is not None})
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(
         level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -9,8 +9,8 @@ chunks go straight to the socket (it is non-blocking); only what the kernel does
 so the bytes keep their order and Twisted's flow control still sees every byte it has to hold.
 
 Used by `server/` and `client/`; it reads Twisted's FileDescriptor buffer fields (`dataBuffer`,
-`_tempDataLen`, `_writeDisconnected`) and falls back to `writeSequence` whenever they say anything is
-pending or the transport is not a plain connected TCP socket.
+`_tempDataLen`, `_writeDisconnected`, `TLS`) and falls back to `writeSequence` whenever they say anything
+is pending or the transport is not a plain connected TCP socket (a TLS one included).
 """
 
 from __future__ import annotations
@@ -50,6 +50,7 @@ def _idle(transport: Any) -> bool:
             and not transport._writeDisconnected
             and not transport.dataBuffer
             and not transport._tempDataLen
+            and not getattr(transport, "TLS", False)  # after startTLS every byte goes through TLS
         )
     except AttributeError:  # not a FileDescriptor-based transport (a test's StringTransport)
         return False

@@ -91,3 +91,12 @@ def test_long_batches_and_other_transports_are_queued(pair: tuple[socket.socket,
     string = StringTransport()
     write_now(string, [b"a", b"b"])
     assert string.value() == b"ab"
+
+
+def test_a_tls_transport_always_queues(pair: tuple[socket.socket, socket.socket]) -> None:
+    # After startTLS the socket carries TLS records: plaintext must never be sent to it directly.
+    transport = _Transport(pair[0])
+    transport.TLS = True  # type: ignore[attr-defined]
+    write_now(transport, [b"one", b"two"])
+    assert transport.queued == [b"one", b"two"]
+    assert _drain(pair[1]) == b""

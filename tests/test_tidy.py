@@ -22,6 +22,7 @@ RANKS = {
     "metadata": 2,
     "files": 2,
     "netio": 2,
+    "tls": 2,
     "server": 3,
     "client": 3,
     "recovery": 4,
@@ -40,7 +41,7 @@ CONFINED = {
     "rich": {"commands", "cli"},
     "click": {"commands", "cli"},
     "kazoo": {"metadata"},
-    "twisted": {"server", "client", "recovery", "commands", "metadata", "netio"},
+    "twisted": {"server", "client", "recovery", "commands", "metadata", "netio", "tls"},
 }
 # Pure layers: nothing but the standard library, crc32c and lower bkctl layers.
 PURE_PARTS = {"protocol", "errors", "limits", "model"}

@@ -28,13 +28,17 @@ from typing import Any
 
 from twisted.internet import defer, protocol
 from twisted.internet.defer import Deferred
+from twisted.internet.interfaces import IHandshakeListener
 from twisted.python.failure import Failure
+from zope.interface import implementer
 
 from bkctl import limits
+from bkctl.client.start_tls import ClientUpgrade
 from bkctl.errors import ProtocolError, TimeoutError_, UnavailableError, UsageError
 from bkctl.model import BookieId
 from bkctl.netio import write_now
 from bkctl.protocol import wire
+from bkctl.tls import TlsSettings
 
 log = logging.getLogger(__name__)
 
@@ -96,9 +100,11 @@ def add_key(ledger_id: int, entry_id: int) -> Key:
     return (_ADD, ledger_id, entry_id)
 
 
+@implementer(IHandshakeListener)
 class _Connection(protocol.Protocol):
     def __init__(self, client: BookieClient) -> None:
         self.client = client
+        self.tls: ClientUpgrade | None = None  # with TLS: START_TLS, then the handshake (client/start_tls.py)
 
     @property
     def socket(self) -> Any:
@@ -106,12 +112,27 @@ class _Connection(protocol.Protocol):
         return self.transport
 
     def connectionMade(self) -> None:
+        self.tls = self.client._upgrade(self.socket)
+        if self.tls is None:
+            self.client._connected(self)
+
+    def handshakeCompleted(self) -> None:
+        assert self.tls is not None
+        self.tls.handshake_done()
         self.client._connected(self)
 
     def dataReceived(self, data: bytes) -> None:
-        self.client._data_received(self, data)
+        if self.tls is not None and not self.tls.done:
+            self.tls.data_received(data)
+        else:
+            self.client._data_received(self, data)
 
     def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:
+        if self.tls is not None:
+            self.tls.lost(reason)
+            if not self.tls.done:
+                self.client._connect_failed(reason)  # never connected: as a refused connection
+                return
         self.client._connection_lost(self, reason)
 
 
@@ -141,8 +162,10 @@ class BookieClient:
         requests_max: int = limits.CLIENT_REQUESTS_PER_BOOKIE_MAX,
         address: tuple[str, int] | None = None,
         resolver: Resolver | None = None,
+        tls: TlsSettings | None = None,
     ) -> None:
         self.bookie_id = bookie_id
+        self._tls = tls  # every new connection sends START_TLS first (bkctl/tls.py)
         self._reactor = reactor
         self._timeout_s = request_timeout_ms / 1000.0
         self._connect_timeout_s = connect_timeout_ms / 1000.0
@@ -406,6 +429,16 @@ class BookieClient:
             transport.setTcpNoDelay(True)
         self._flush()
 
+    def _upgrade(self, transport: Any) -> ClientUpgrade | None:
+        if self._tls is None:
+            return None
+        host = self._address[0] if self._address is not None else ""  # set: _connect_to dialled it
+        upgrade = ClientUpgrade(
+            transport, self._tls, host, self.bookie_id, self._reactor, self._connect_timeout_s
+        )
+        upgrade.begin()
+        return upgrade
+
     def _connect_failed(self, reason: Failure) -> None:
         self._connecting = False
         self._resolved = False
@@ -493,9 +526,12 @@ def _address(bookie_id: str) -> tuple[str, int] | None:
 class BookieClients:
     """The pool: one BookieClient per bookie id, all sharing one reactor and one set of options."""
 
-    def __init__(self, reactor: Any, resolver: Resolver | None = None, **options: int) -> None:
+    def __init__(
+        self, reactor: Any, resolver: Resolver | None = None, tls: TlsSettings | None = None, **options: int
+    ) -> None:
         self._reactor = reactor
         self._resolver = resolver
+        self._tls = tls
         self._options: dict[str, Any] = options  # BookieClient's int keywords
         self._clients: dict[str, BookieClient] = {}
         self._closed = False
@@ -503,7 +539,9 @@ class BookieClients:
     def get(self, bookie_id: str) -> BookieClient:
         client = self._clients.get(bookie_id)
         if client is None:
-            client = BookieClient(bookie_id, self._reactor, **self._options, resolver=self._resolver)
+            client = BookieClient(
+                bookie_id, self._reactor, **self._options, resolver=self._resolver, tls=self._tls
+            )
             if self._closed:
                 client.close()
             self._clients[bookie_id] = client

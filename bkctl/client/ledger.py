@@ -15,6 +15,7 @@ Metadata calls block (SQLite, kazoo), so they run in the reactor's thread pool.
 from __future__ import annotations
 
 import logging
+import os
 import random
 import time
 from collections import deque
@@ -56,6 +57,7 @@ from bkctl.model import DigestType, LedgerMetadata, LedgerState, Segment
 from bkctl.protocol import wire
 from bkctl.protocol.entry import mac_key, master_key
 from bkctl.protocol.quorum import Quorum
+from bkctl.tls import TlsSettings, client_settings_from_env
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -662,6 +664,7 @@ class Client:
         rng: random.Random | None = None,
         bookies: BookieClients | None = None,
         recovery_reads_in_flight: int = limits.CLIENT_RECOVERY_READS_IN_FLIGHT,
+        tls: TlsSettings | None = None,
         **bookie_options: int,
     ) -> None:
         if reactor is None:
@@ -671,7 +674,10 @@ class Client:
         self.layout = layout
         self.reactor = reactor
         self.rng = rng or random.Random()
-        self.bookies = bookies or BookieClients(reactor, self._registered_address, **bookie_options)
+        if bookies is None:
+            tls = tls or client_settings_from_env(os.environ)  # `bkctl --tls ...` (cli.py)
+            bookies = BookieClients(reactor, self._registered_address, tls, **bookie_options)
+        self.bookies = bookies
         # Recovery reads kept in flight past the LAC; 1 reproduces a one-at-a-time reader's frames.
         self.recovery_reads_in_flight = recovery_reads_in_flight
         self.closing = False

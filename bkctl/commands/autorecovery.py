@@ -176,15 +176,17 @@ def run_daemon(
     from bkctl.commands.options import open_layout
     from bkctl.recovery.config import daemon_config
     from bkctl.recovery.daemon import autorecovery_daemon
+    from bkctl.tls import client_settings
 
     reactor: Any = the_reactor
     auditor_config, worker_config = daemon_config(properties, parallel=parallel)
+    tls = client_settings(properties)  # the conf's TLS keys, as Java's AutoRecoveryMain; else --tls
     logging.getLogger("bkctl.recovery").setLevel(logging.INFO)  # a daemon says what it does
     failure: list[BaseException] = []
     with open_layout(uri, daemon=True) as layout:
         daemon = autorecovery_daemon(
             layout, reactor, daemon_id, local_bookie=local_bookie,
-            auditor_config=auditor_config, worker_config=worker_config,
+            auditor_config=auditor_config, worker_config=worker_config, tls=tls,
         )  # fmt: skip
 
         def failed(reason: Any) -> None:

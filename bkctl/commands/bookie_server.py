@@ -140,6 +140,10 @@ def start(
             server_log.setLevel(logging.INFO)  # a server logs what it does; -v adds debug
     properties = _properties(conf)
     with_daemon = autorecovery or properties.get("autoRecoveryDaemonEnabled", "").strip().lower() == "true"
+    if with_daemon:
+        from bkctl.tls import client_settings
+
+        client_settings(properties)  # its TLS as a client must be usable before the bookie starts
     _run(config, uri, port_file, properties if with_daemon else None)
 
 
@@ -234,11 +238,13 @@ def _start_daemon(service: Any, reactor: Any, properties: dict[str, str], failed
     """Autorecovery beside the bookie, on its metadata session; copies go to this bookie (as Java's)."""
     from bkctl.recovery.config import daemon_config
     from bkctl.recovery.daemon import autorecovery_daemon
+    from bkctl.tls import client_settings
 
     auditor_config, worker_config = daemon_config(properties)
     daemon = autorecovery_daemon(
         service.layout, reactor, service.bookie_id, local_bookie=service.bookie_id,
         auditor_config=auditor_config, worker_config=worker_config,
+        tls=client_settings(properties),  # the bookie's TLS keys as a client's, as Java's
     )  # fmt: skip
     daemon.start().addErrback(failed)
     from bkctl.recovery.metrics import daemon_lines

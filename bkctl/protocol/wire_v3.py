@@ -387,3 +387,23 @@ def encode_status_response(request: V3Request, status: int) -> bytes:
     header = request.header
     parts = [_header(header.operation, header.txn_id, header.version), varint_field(_STATUS_FIELD, status)]
     return encode_fields(parts)
+
+
+# --- START_TLS (bkctl/tls.py): the v3 request that turns a fresh connection into a TLS one ------------
+
+_START_TLS_FIELD: Final = 106  # startTLSRequest / startTLSResponse: empty messages
+
+
+def encode_start_tls_request(txn_id: int) -> bytes:
+    """A START_TLS request payload (no length prefix), as Java's client sends first on a connection."""
+    header = _header(OperationType.START_TLS, txn_id)
+    return encode_fields([header, bytes_field(_START_TLS_FIELD, b"")])
+
+
+def encode_start_tls_response(txn_id: int, status: int) -> bytes:
+    """Its response: EOK with an empty startTLSResponse (then both sides start the TLS handshake), or a
+    refusal with the status alone (EBADREQ: TLS is not configured on the bookie), as Java answers."""
+    parts = [_header(OperationType.START_TLS, txn_id), varint_field(_STATUS_FIELD, status)]
+    if status == StatusCode.EOK:
+        parts.append(bytes_field(_START_TLS_FIELD, b""))
+    return encode_fields(parts)

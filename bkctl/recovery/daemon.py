@@ -20,6 +20,7 @@ from bkctl.metadata.layout import Layout
 from bkctl.recovery.auditor import Auditor, AuditorConfig
 from bkctl.recovery.election import AuditorElection
 from bkctl.recovery.worker import Repairer, ReplicationWorker, WorkerConfig
+from bkctl.tls import TlsSettings
 
 log = logging.getLogger("bkctl.recovery.daemon")
 
@@ -156,15 +157,17 @@ def autorecovery_daemon(
     local_bookie: str | None = None,
     auditor_config: AuditorConfig | None = None,
     worker_config: WorkerConfig | None = None,
+    tls: TlsSettings | None = None,
 ) -> AutorecoveryDaemon:
-    """A daemon repairing with recovery's checker and replicator through its own ledger client."""
+    """A daemon repairing with recovery's checker and replicator through its own ledger client (over
+    TLS with `tls`: Java's AutoRecoveryMain uses the TLS keys of its bk_server.conf as a client's)."""
     from twisted.internet import defer
 
     from bkctl.client.ledger import Client
     from bkctl.recovery.ledger_sweep import check_all_ledgers
     from bkctl.recovery.repair import LedgerRepairer
 
-    client = Client(layout, reactor)
+    client = Client(layout, reactor, tls=tls)
     daemon = AutorecoveryDaemon(
         layout, reactor, daemon_id, LedgerRepairer(client, local_bookie), auditor_config, worker_config
     )

@@ -16,6 +16,8 @@ from typing import Any, Final
 from bkctl import limits
 from bkctl.errors import UsageError
 from bkctl.model import BookieId
+from bkctl.tls import SERVER_KEYS as TLS_KEYS
+from bkctl.tls import TlsSettings, server_settings
 
 log = logging.getLogger("bkctl.bookie")
 
@@ -76,6 +78,7 @@ class BookieConfig:
     verify_metadata_on_gc: bool = True  # Java: false
     force_gc_when_full: bool = True  # isForceGCAllowWhenNoSpace; Java: false
     gc_overreplicated_wait_ms: int = 86_400_000  # gcOverreplicatedLedgerWaitTime; 0: off
+    tls: TlsSettings | None = None  # START_TLS (bkctl/tls.py): None answers it EBADREQ, as Java
 
     @property
     def effective_index_dirs(self) -> tuple[Path, ...]:
@@ -333,6 +336,8 @@ KEYS: Final[Mapping[str, Setter]] = {
     "maxPendingAddsPerConnection": _field(
         "pending_adds_per_connection_max", lambda k, v: _int(k, v, 1, 1_000_000)
     ),
+    # TLS keys are read together once all are known (bkctl.tls.server_settings checks them as a set).
+    **{key: (lambda k, v: {f"_tls:{k}": v}) for key in TLS_KEYS},
 }
 
 
@@ -363,6 +368,8 @@ def _finish(values: dict[str, Any]) -> BookieConfig:
     zk_root = values.pop("_zk_root", "/ledgers")
     http_enabled = values.pop("_http_enabled", None)
     compaction_rate = values.pop("_compaction_rate", None)
+    tls_keys = {key[5:]: values.pop(key) for key in list(values) if key.startswith("_tls:")}
+    values["tls"] = server_settings(tls_keys)
     if compaction_rate is not None and "compaction_rate_by_entries" not in values:
         values["compaction_rate_by_entries"] = compaction_rate  # Java: the older key, when the newer is unset
     if values.get("metadata_uri") is None and zk_servers:

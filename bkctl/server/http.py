@@ -219,6 +219,21 @@ def prometheus_lines(bookie: BookieView) -> Iterator[str]:
     )
     yield from metric("bookie_bad_requests_total", "counter", "Requests answered EBADREQ.", net.bad_requests)
     yield from metric(
+        "bookie_tls_handshakes_total", "counter", "Connections switched to TLS.", net.tls_handshakes
+    )
+    yield from metric(
+        "bookie_tls_handshake_failures_total",
+        "counter",
+        "TLS handshakes that failed (logged with the peer).",
+        net.tls_handshake_failures,
+    )
+    yield from metric(
+        "bookie_tls_required_refusals_total",
+        "counter",
+        "Requests answered EUA before the TLS handshake (tlsRequired).",
+        net.tls_required_refusals,
+    )
+    yield from metric(
         "bookie_read_pauses_total",
         "counter",
         "Times a connection stopped being read (backpressure).",

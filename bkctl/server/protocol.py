@@ -23,7 +23,7 @@ from typing import Any, Final, Protocol
 
 from twisted.internet import protocol
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IPushProducer
+from twisted.internet.interfaces import IHandshakeListener, IPushProducer
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
@@ -31,6 +31,7 @@ from bkctl import limits
 from bkctl.errors import ProtocolError
 from bkctl.netio import write_now
 from bkctl.protocol import wire, wire_v3
+from bkctl.server import start_tls
 
 log = logging.getLogger("bkctl.bookie")
 
@@ -83,6 +84,9 @@ class NetworkMetrics:
     frames_rejected: int = 0  # malformed length or oversized: connection closed
     bad_requests: int = 0  # answered with EBADREQ
     read_pauses: int = 0  # times a connection stopped being read (backpressure)
+    tls_handshakes: int = 0  # connections switched to TLS by START_TLS
+    tls_handshake_failures: int = 0
+    tls_required_refusals: int = 0  # requests answered EUA before START_TLS (tlsRequired)
 
 
 class _FencingRead:
@@ -128,7 +132,7 @@ def framed(payload: bytes) -> bytes:
     return wire.frame_prefix(len(payload)) + payload
 
 
-@implementer(IPushProducer)
+@implementer(IPushProducer, IHandshakeListener)
 class BookieProtocol(protocol.Protocol):
     """One client connection. Requests are pipelined; replies go out as soon as each is known."""
 
@@ -145,6 +149,8 @@ class BookieProtocol(protocol.Protocol):
         self._writes_paused = False  # the transport's write buffer is full
         self._reading_paused = False
         self.peer = "?"
+        self.tls_state: str | None = None  # set by START_TLS (server/start_tls.py)
+        self._unprotected = factory.tls_required  # tlsRequired, before the handshake: see _frames
         self._transport: Any = None  # the ITransport, untyped: zope interfaces and mypy do not mix
 
     # --- connection life ------------------------------------------------------------------------
@@ -165,7 +171,14 @@ class BookieProtocol(protocol.Protocol):
     def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:
         self.connected = False
         self.factory.connection_lost(self)
+        start_tls.connection_lost(self, reason)
         # Replies of adds still in the journal are dropped in `durable` (self.connected is 0 now).
+
+    def handshakeCompleted(self) -> None:
+        start_tls.handshake_done(self)
+
+    def protected(self) -> None:
+        self._unprotected = False
 
     # --- IPushProducer: the transport's write buffer -------------------------------------------
 
@@ -228,6 +241,7 @@ class BookieProtocol(protocol.Protocol):
         add = self.storage.add
         pack = _FRAMED_ADD_RESPONSE.pack
         reply_size = wire.RESPONSE_FIXED_SIZE
+        unprotected = self._unprotected  # only a handshake, never this loop, clears it
         problem = None
         try:
             while end - position >= wire.LENGTH_PREFIX_SIZE:
@@ -244,6 +258,10 @@ class BookieProtocol(protocol.Protocol):
                 if position > end:
                     position = start
                     break
+                if unprotected and start_tls.refused(
+                    self, bytes(buffer[start + wire.LENGTH_PREFIX_SIZE : position])
+                ):
+                    continue  # tlsRequired: answered EUA (anything but START_TLS and AUTH)
                 if header >> 16 == _ADD_V2_HEADER_HIGH and size >= _ADD_SIZE_MIN:
                     # A version 2 add, the bookie's hottest path: handled here, not in _handle. The entry
                     # is a bytearray, one copy out of the buffer (storage copies it into its cache).
@@ -295,6 +313,9 @@ class BookieProtocol(protocol.Protocol):
             request = wire_v3.decode_v3_request(payload)
         except ProtocolError as exc:
             raise ProtocolError(f"undecodable v3 request: {exc}") from None
+        if request.header.operation == wire_v3.OperationType.START_TLS:
+            start_tls.answer(self, request, len(payload))
+            return
         operation = request.operation
         wanted = wire_v3.OperationType.GET_LIST_OF_ENTRIES_OF_LEDGER
         if request.header.operation != wanted or operation is None or operation.ledger_id is None:
@@ -444,8 +465,12 @@ class BookieFactory(protocol.Factory):
         frame_size_max: int = limits.FRAME_SIZE_MAX,
         pending_adds_max: int = limits.BOOKIE_PENDING_ADDS_PER_CONNECTION_MAX,
         tcp_no_delay: bool = True,
+        tls_context: object | None = None,
+        tls_required: bool = False,
     ) -> None:
         self.storage = storage
+        self.tls_context = tls_context  # bkctl.tls.ContextFactory; None: START_TLS answered EBADREQ
+        self.tls_required = tls_required  # only START_TLS and AUTH before the handshake
         self.frame_size_max = frame_size_max
         self.pending_adds_max = pending_adds_max
         self.tcp_no_delay = tcp_no_delay

@@ -34,6 +34,7 @@ from bkctl.server.gc import GarbageCollector, GcSettings
 from bkctl.server.protocol import BookieFactory, NetworkMetrics, deliver_durable, deliver_lost
 from bkctl.server.replay import ReplayProgress
 from bkctl.server.storage import ReplayReport, Storage, StorageConfig
+from bkctl.tls import server_context
 
 log = logging.getLogger("bkctl.bookie")
 
@@ -124,7 +125,12 @@ class BookieService:
         self.storage: Storage | None = None
         self.gc: GarbageCollector | None = None
         self.factory = BookieFactory(
-            _NotReady(), config.frame_size_max, config.pending_adds_per_connection_max, config.tcp_no_delay
+            _NotReady(),
+            config.frame_size_max,
+            config.pending_adds_per_connection_max,
+            config.tcp_no_delay,
+            tls_context=server_context(config.tls) if config.tls else None,  # bad files fail here
+            tls_required=config.tls.required if config.tls else False,
         )
         self.factory.ready = False
         self.store: MetadataStore | None = None

@@ -1,0 +1,319 @@
+"""TLS between clients and bookies: settings from BookKeeper's configuration keys (PEM files only) and
+the OpenSSL contexts each side hands to Twisted's `startTLS` once the v3 START_TLS exchange succeeded.
+
+What Java BookKeeper 4.14.8 does (TLSContextFactory), and so what bkctl does:
+- TLS is on when `tlsProviderFactoryClass` is set. A bookie with it answers START_TLS with EOK and
+  switches the connection to TLS; one without it answers EBADREQ (the client then gives up on the
+  connection). A bookie with TLS on still serves clients that never ask for it.
+- The bookie presents `tlsCertificatePath` + `tlsKeyStore`; with `tlsClientAuthentication` it requires
+  a client certificate signed by a CA of `tlsTrustStore`, else it asks for none.
+- The client verifies the bookie's certificate chain against `tlsTrustStore` (required); the host name
+  is checked only with `tlsHostnameVerificationEnabled` (default false); with `tlsClientAuthentication`
+  it presents its own `tlsCertificatePath` + `tlsKeyStore`.
+- After the upgrade the connection carries whichever protocol the client speaks: v2 frames are fine.
+
+Configuration code plus pyOpenSSL and one Twisted interface, both imported lazily (`bkctl --help` stays
+fast).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from bkctl.errors import UsageError
+
+JAVA_PROVIDER_FACTORY: Final = "org.apache.bookkeeper.tls.TLSContextFactory"
+BKCTL_PROVIDER_FACTORY: Final = "bkctl.tls"
+PROVIDER_FACTORIES: Final = (JAVA_PROVIDER_FACTORY, BKCTL_PROVIDER_FACTORY)
+STORE_TYPE: Final = "PEM"  # Java also reads JKS and PKCS12; bkctl reads PEM only
+PEM_FILE_SIZE_MAX: Final = 1024 * 1024
+
+# Java's keys. The client also reads clientKeyStore/clientTrustStore (and their types) first, as Java's
+# ClientConfiguration does; the bookie reads the tls* keys only.
+SERVER_KEYS: Final = (
+    "tlsProviderFactoryClass",
+    "tlsProvider",
+    "tlsCertificatePath",
+    "tlsKeyStore",
+    "tlsKeyStoreType",
+    "tlsKeyStorePasswordPath",
+    "tlsTrustStore",
+    "tlsTrustStoreType",
+    "tlsClientAuthentication",
+    "tlsRequired",  # bkctl's: the bookie serves nothing but START_TLS and AUTH before the handshake
+)
+CLIENT_KEYS: Final = (
+    *SERVER_KEYS[:-1],
+    "clientKeyStore",
+    "clientKeyStoreType",
+    "clientKeyStorePasswordPath",
+    "clientTrustStore",
+    "clientTrustStoreType",
+    "tlsHostnameVerificationEnabled",
+)
+
+
+@dataclass(frozen=True)
+class TlsSettings:
+    """One side's TLS files and switches (paths as given; checked when a context is built)."""
+
+    certificate_path: Path | None = None  # PEM certificate chain presented to the peer
+    key_path: Path | None = None  # PEM private key (PKCS#8 or traditional; Java needs PKCS#8)
+    key_password_path: Path | None = None  # a file holding the key's passphrase, if it is encrypted
+    trust_path: Path | None = None  # PEM CA bundle the peer's certificate must chain to
+    client_auth: bool = False  # bookie: require a client certificate; client: present one
+    hostname_verification: bool = False  # client only: the bookie's certificate must name its host
+    required: bool = False  # bookie only (tlsRequired): no request served before the TLS handshake
+
+
+def server_settings(properties: Mapping[str, str]) -> TlsSettings | None:
+    """A bookie's TLS settings from bk_server.conf keys; None when TLS is off. UsageError names the key."""
+    if not _enabled(properties):
+        if _flag(properties, "tlsRequired"):
+            raise UsageError("config key tlsRequired: needs TLS on (tlsProviderFactoryClass)")
+        return None
+    settings = TlsSettings(
+        certificate_path=_path(properties, "tlsCertificatePath"),
+        key_path=_path(properties, "tlsKeyStore", "tlsKeyStoreType"),
+        key_password_path=_path(properties, "tlsKeyStorePasswordPath"),
+        trust_path=_path(properties, "tlsTrustStore", "tlsTrustStoreType"),
+        client_auth=_flag(properties, "tlsClientAuthentication"),
+        required=_flag(properties, "tlsRequired"),
+    )
+    if settings.key_path is None or settings.certificate_path is None:
+        raise UsageError("TLS is on (tlsProviderFactoryClass) but tlsCertificatePath or tlsKeyStore is unset")
+    if settings.client_auth and settings.trust_path is None:
+        raise UsageError("config key tlsClientAuthentication: needs tlsTrustStore (the clients' CA bundle)")
+    return settings
+
+
+def client_settings(properties: Mapping[str, str]) -> TlsSettings | None:
+    """A client's TLS settings from Java client-configuration keys; None when TLS is off."""
+    if not _enabled(properties):
+        return None
+    settings = TlsSettings(
+        certificate_path=_path(properties, "tlsCertificatePath"),
+        key_path=_path(properties, "clientKeyStore", "clientKeyStoreType")
+        or _path(properties, "tlsKeyStore", "tlsKeyStoreType"),
+        key_password_path=_path(properties, "clientKeyStorePasswordPath")
+        or _path(properties, "tlsKeyStorePasswordPath"),
+        trust_path=_path(properties, "clientTrustStore", "clientTrustStoreType")
+        or _path(properties, "tlsTrustStore", "tlsTrustStoreType"),
+        client_auth=_flag(properties, "tlsClientAuthentication"),
+        hostname_verification=_flag(properties, "tlsHostnameVerificationEnabled"),
+    )
+    if settings.trust_path is None:
+        raise UsageError("TLS is on but no trust store is set (tlsTrustStore: the bookies' CA bundle)")
+    if settings.client_auth and (settings.key_path is None or settings.certificate_path is None):
+        raise UsageError("config key tlsClientAuthentication: needs tlsCertificatePath and tlsKeyStore")
+    return settings
+
+
+def _enabled(properties: Mapping[str, str]) -> bool:
+    factory = properties.get("tlsProviderFactoryClass", "").strip()
+    if not factory:
+        return False
+    if factory not in PROVIDER_FACTORIES:
+        raise UsageError(
+            f"config key tlsProviderFactoryClass: {factory!r} is not one of {', '.join(PROVIDER_FACTORIES)}"
+        )
+    return True
+
+
+def _path(properties: Mapping[str, str], key: str, type_key: str | None = None) -> Path | None:
+    value = properties.get(key, "").strip()
+    if type_key is not None:
+        kind = properties.get(type_key, STORE_TYPE).strip().upper() or STORE_TYPE
+        if value and kind != STORE_TYPE:
+            raise UsageError(
+                f"config key {type_key}: {kind} is not supported, bkctl reads PEM files only "
+                "(convert with: openssl pkcs12 -in STORE -nodes)"
+            )
+    return Path(value).expanduser() if value else None
+
+
+def _flag(properties: Mapping[str, str], key: str) -> bool:
+    text = properties.get(key, "false").strip().lower()
+    if text not in ("true", "false"):
+        raise UsageError(f"config key {key}: {text!r} is not true or false")
+    return text == "true"
+
+
+# --- OpenSSL contexts ----------------------------------------------------------------------------------
+
+
+class ContextFactory:
+    """What Twisted's `startTLS` takes (IOpenSSLContextFactory): one prepared OpenSSL context."""
+
+    def __init__(self, context: Any) -> None:
+        from twisted.internet.interfaces import IOpenSSLContextFactory
+        from zope.interface import directlyProvides
+
+        # Declared on the instance: importing Twisted at module level would slow down `bkctl --help`.
+        directlyProvides(self, IOpenSSLContextFactory)
+        self._context = context
+
+    def getContext(self) -> Any:
+        return self._context
+
+
+def server_context(settings: TlsSettings) -> ContextFactory:
+    """The bookie's side: its certificate and key; with client_auth, a client certificate is required."""
+    from OpenSSL import SSL
+
+    context = _context(SSL.TLS_SERVER_METHOD)
+    _load_identity(context, settings)
+    if settings.client_auth:
+        assert settings.trust_path is not None  # server_settings checked it
+        _load_trust(context, settings.trust_path)
+        context.set_verify(SSL.VERIFY_PEER | SSL.VERIFY_FAIL_IF_NO_PEER_CERT, None)
+    return ContextFactory(context)
+
+
+def client_context(settings: TlsSettings, host: str) -> ContextFactory:
+    """The client's side for one bookie at `host`: the bookie's chain must reach the trust store."""
+    from OpenSSL import SSL
+
+    context = _context(SSL.TLS_CLIENT_METHOD)
+    if settings.client_auth:
+        _load_identity(context, settings)
+    assert settings.trust_path is not None  # client_settings checked it
+    _load_trust(context, settings.trust_path)
+    if settings.hostname_verification:
+
+        def verify(_connection: Any, certificate: Any, _errno: int, depth: int, ok: int) -> bool:
+            # OpenSSL has checked the chain (`ok`); the leaf must also name the host we dialled.
+            return bool(ok) and (depth > 0 or names_host(certificate.to_cryptography(), host))
+
+        context.set_verify(SSL.VERIFY_PEER, verify)
+    else:
+        context.set_verify(SSL.VERIFY_PEER, None)
+    return ContextFactory(context)
+
+
+def _context(method: int) -> Any:
+    from OpenSSL import SSL
+
+    context = SSL.Context(method)
+    context.set_min_proto_version(SSL.TLS1_2_VERSION)
+    # Java's TLSContextFactory turns session caching off (sessionCacheSize 0): nothing to resume.
+    context.set_session_cache_mode(SSL.SESS_CACHE_OFF)
+    return context
+
+
+def _load_identity(context: Any, settings: TlsSettings) -> None:
+    from OpenSSL import SSL
+
+    assert settings.certificate_path is not None and settings.key_path is not None
+    password = _read(settings.key_password_path).strip() if settings.key_password_path else None
+    if password is not None:
+        context.set_passwd_cb(lambda *_: password)
+    try:
+        context.use_certificate_chain_file(str(_existing(settings.certificate_path, "tlsCertificatePath")))
+        context.use_privatekey_file(str(_existing(settings.key_path, "tlsKeyStore")))
+        context.check_privatekey()
+    except SSL.Error as exc:
+        raise UsageError(
+            f"TLS certificate {settings.certificate_path} / key {settings.key_path}: {describe(exc)}"
+        ) from None
+
+
+def _load_trust(context: Any, trust_path: Path) -> None:
+    from OpenSSL import SSL
+
+    # No client-CA list is sent: a peer then offers its certificate whatever CA signed it (Java's key
+    # manager skips a certificate whose issuer is not in a non-empty list).
+    if b"-----BEGIN CERTIFICATE-----" not in _read(_existing(trust_path, "tlsTrustStore")):
+        raise UsageError(f"TLS trust store {trust_path}: no PEM certificate in the file")
+    try:
+        context.load_verify_locations(str(trust_path))
+    except SSL.Error as exc:
+        raise UsageError(f"TLS trust store {trust_path}: {describe(exc)}") from None
+
+
+def _existing(path: Path, key: str) -> Path:
+    if not path.is_file():
+        raise UsageError(f"{key}: {path} is not a readable file")
+    return path
+
+
+def _read(path: Path) -> bytes:
+    try:
+        if path.stat().st_size > PEM_FILE_SIZE_MAX:
+            raise UsageError(f"{path} is larger than {PEM_FILE_SIZE_MAX} bytes")
+        return path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def describe(error: BaseException | None) -> str:
+    """An OpenSSL error in a few words (`certificate verify failed`) rather than its tuple list."""
+    if error is None:
+        return "connection closed"
+    details = error.args[0] if error.args else None
+    if isinstance(details, list) and details and all(isinstance(item, tuple) for item in details):
+        reasons = [str(item[-1]) for item in details if item and item[-1]]
+        if reasons:
+            return "; ".join(dict.fromkeys(reasons))
+    return str(error) or type(error).__name__
+
+
+def names_host(certificate: Any, host: str) -> bool:
+    """Whether an X.509 certificate (cryptography's) is for `host`: its subjectAltName DNS names (one
+    leading `*.` label allowed) or IP addresses, as HTTPS endpoint identification (Java's check) does."""
+    from cryptography import x509
+
+    try:
+        names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return False
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    if address is not None:
+        return address in names.get_values_for_type(x509.IPAddress)
+    wanted = host.lower().rstrip(".")
+    for name in names.get_values_for_type(x509.DNSName):
+        pattern = name.lower().rstrip(".")
+        if pattern == wanted:
+            return True
+        if pattern.startswith("*.") and "." in wanted and wanted.split(".", 1)[1] == pattern[2:]:
+            return True
+    return False
+
+
+# --- the client's settings from bkctl's global options (cli.py puts them in the environment) ------------
+
+ENV_TLS: Final = "BKCTL_TLS"  # "1": TLS to every bookie
+ENV_TRUST_STORE: Final = "BKCTL_TLS_TRUST_STORE"
+ENV_CERTIFICATE: Final = "BKCTL_TLS_CERT"
+ENV_KEY: Final = "BKCTL_TLS_KEY"
+ENV_HOSTNAME_VERIFICATION: Final = "BKCTL_TLS_HOSTNAME_VERIFICATION"
+
+
+def client_settings_from_env(environ: Mapping[str, str]) -> TlsSettings | None:
+    """`--tls` and its files (env BKCTL_TLS*) as Java client keys; the client certificate is presented
+    when both --tls-cert and --tls-key are given. The files are loaded once here, so a bad one is a usage
+    error before any connection."""
+    if environ.get(ENV_TLS, "") not in ("1", "true"):
+        return None
+    certificate, key = environ.get(ENV_CERTIFICATE, ""), environ.get(ENV_KEY, "")
+    if bool(certificate) != bool(key):
+        raise UsageError("--tls-cert and --tls-key go together (the client's certificate and its key)")
+    properties = {
+        "tlsProviderFactoryClass": BKCTL_PROVIDER_FACTORY,
+        "tlsTrustStore": environ.get(ENV_TRUST_STORE, ""),
+        "tlsCertificatePath": certificate,
+        "tlsKeyStore": key,
+        "tlsClientAuthentication": "true" if certificate else "false",
+        "tlsHostnameVerificationEnabled": str(environ.get(ENV_HOSTNAME_VERIFICATION) == "1").lower(),
+    }
+    settings = client_settings(properties)
+    if settings is not None:
+        client_context(settings, "localhost")
+    return settings
