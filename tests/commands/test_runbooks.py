@@ -246,7 +246,10 @@ def corrupt_entry_log_then_bookie_died_without_autorecovery(
     assert ops.json("recover", ops.uri, victim, "--yes")["ledgers_unrecoverable"] == []
     assert ops.json("ledger", "list", "--bookie", victim) == []
     ops.run("bookie", "cookie", "update", *dirs)
-    restarted = BookieProcess([*dirs, "--http-port", "0", "--metadata", ops.uri])
+    # A short metadata session (bk_server.conf zkTimeout): its death below is seen in 2 s, not 10.
+    conf = tmp_path / "bk_server.conf"
+    conf.write_text("zkTimeout=2000\n")
+    restarted = BookieProcess([*dirs, "-c", str(conf), "--http-port", "0", "--metadata", ops.uri])
     added.append(restarted)
     restarted.wait_serving()
     assert ops.doctor()["bookies"] == "ok"
