@@ -12,9 +12,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bkctl.pipeline import bitmaps, compare
+from bkctl.pipeline import bitmaps, compare, online
 from bkctl.pipeline.compare import Segment
 from bkctl.pipeline.inventory import Checks, holding_rows
+from bkctl.protocol import entry_availability
 
 BOOKIES = ["b0", "b1", "b2", "b3", "b4"]
 
@@ -174,3 +175,11 @@ def test_problem_rows_are_errors_and_an_undecodable_ledger_is_not_audited() -> N
         ("warning", 3, None, -1, -1, 0, "/ledgers/L3: bad metadata"),
         ("error", 3, "b1", -1, -1, 0, "/x/3.idx: bad header"),
     ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sets(st.integers(0, 5000)))
+def test_an_availability_answer_gives_back_its_entry_ids(ids: set[int]) -> None:
+    """GET_LIST_OF_ENTRIES_OF_LEDGER's groups (runs every `period` ids) -> the ids, with numpy."""
+    groups = entry_availability.decode(entry_availability.encode(sorted(ids)))
+    assert online._group_ids(groups).tolist() == sorted(ids)
