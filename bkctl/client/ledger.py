@@ -665,6 +665,8 @@ class Client:
         bookies: BookieClients | None = None,
         recovery_reads_in_flight: int = limits.CLIENT_RECOVERY_READS_IN_FLIGHT,
         tls: TlsSettings | None = None,
+        recovery_password: bytes = b"",
+        recovery_digest: DigestType = DigestType.CRC32,
         **bookie_options: int,
     ) -> None:
         if reactor is None:
@@ -680,6 +682,9 @@ class Client:
         self.bookies = bookies
         # Recovery reads kept in flight past the LAC; 1 reproduces a one-at-a-time reader's frames.
         self.recovery_reads_in_flight = recovery_reads_in_flight
+        # An administrative open of a ledger whose metadata stores no password uses these (Java's
+        # bookieRecoveryPasswd / bookieRecoveryDigestType client settings).
+        self.recovery_password, self.recovery_digest = recovery_password, recovery_digest
         self.closing = False
 
     def in_thread(self, function: Callable[..., T], *args: Any) -> Deferred[T]:
@@ -768,9 +773,10 @@ class Client:
         without, the handle reads up to the last add confirmed the bookies report (never fences).
 
         `password=None` opens administratively, as Java's BookKeeperAdmin.openLedger: with the password
-        and digest the metadata stores (format v3 stores them), else with "" and `digest` or CRC32 (Java's
-        bookieRecoveryPasswd / bookieRecoveryDigestType defaults). A given password must match a stored
-        one (UnauthorizedError, exit 9)."""
+        and digest the metadata stores (format v3 stores them), else with the client's
+        `recovery_password` and `recovery_digest` ("" and CRC32 by default, as Java's
+        bookieRecoveryPasswd / bookieRecoveryDigestType). A given password must match a stored one
+        (UnauthorizedError, exit 9)."""
         return defer.ensureDeferred(self._open(ledger_id, password, recovery, digest))
 
     async def _open(
@@ -779,11 +785,13 @@ class Client:
         versioned = await self.in_thread(self.layout.read_ledger, ledger_id)
         md = versioned.value
         administrative_default = password is None and md.password is None
+        fallback = DigestType.CRC32
         if password is None:
-            password = b"" if md.password is None else md.password
+            password = self.recovery_password if md.password is None else md.password
+            fallback = self.recovery_digest
         elif md.password is not None and md.password != password:
             raise UnauthorizedError(f"ledger {ledger_id}: wrong password")
-        chosen = md.digest or digest or DigestType.CRC32
+        chosen = md.digest or digest or fallback
         if digest is not None and md.digest is not None and digest is not md.digest:
             raise UnauthorizedError(f"ledger {ledger_id}: digest is {md.digest.name}, not {digest.name}")
         await self.bookies.resolve(sorted({b for segment in md.segments for b in segment.ensemble}))

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from bkctl import limits
+from bkctl.errors import UsageError
+from bkctl.model import DigestType
 from bkctl.recovery.auditor import AuditorConfig
 from bkctl.recovery.worker import WorkerConfig
 from bkctl.server.config import int_key
@@ -46,5 +49,14 @@ def daemon_config(
             "lockReleaseOfFailedLedgerGracePeriod", worker.backoff_max_s * ms, 1, 7 * DAY_S * 1000
         )
         / ms,
+        recovery_password=_password(properties.get("bookieRecoveryPasswd")),
+        recovery_digest=DigestType.parse(properties.get("bookieRecoveryDigestType", "CRC32")),
     )
     return auditor, worker
+
+
+def _password(value: str | None) -> bytes:
+    secret = (value or "").encode("utf-8")
+    if len(secret) > limits.PASSWORD_SIZE_MAX:
+        raise UsageError(f"bookieRecoveryPasswd of {len(secret)} bytes: at most {limits.PASSWORD_SIZE_MAX}")
+    return secret

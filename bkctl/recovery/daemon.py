@@ -167,7 +167,14 @@ def autorecovery_daemon(
     from bkctl.recovery.ledger_sweep import check_all_ledgers
     from bkctl.recovery.repair import LedgerRepairer
 
-    client = Client(layout, reactor, tls=tls)
+    config = worker_config or WorkerConfig()
+    client = Client(
+        layout,
+        reactor,
+        tls=tls,
+        recovery_password=config.recovery_password,
+        recovery_digest=config.recovery_digest,
+    )
     daemon = AutorecoveryDaemon(
         layout, reactor, daemon_id, LedgerRepairer(client, local_bookie), auditor_config, worker_config
     )

@@ -24,6 +24,7 @@ from twisted.internet.defer import Deferred, inlineCallbacks
 
 from bkctl.errors import NotFoundError
 from bkctl.metadata.layout import Layout
+from bkctl.model import DigestType
 
 log = logging.getLogger("bkctl.recovery.worker")
 
@@ -50,13 +51,16 @@ class Repairer(Protocol):
 @dataclass(frozen=True)
 class WorkerConfig:
     """Java's keys where they exist: openLedgerRereplicationGracePeriod, rwRereplicateBackoffMs,
-    lockReleaseOfFailedLedgerGracePeriod (the cap of the per-ledger backoff)."""
+    lockReleaseOfFailedLedgerGracePeriod (the cap of the per-ledger backoff), bookieRecoveryPasswd and
+    bookieRecoveryDigestType (for ledgers whose metadata stores no password)."""
 
     parallel: int = 4
     poll_interval_s: float = 0.25  # an idle walk is one children() call: cheap, and marks start sooner
     open_ledger_grace_s: float = 30.0
     backoff_start_s: float = 5.0
     backoff_max_s: float = 300.0
+    recovery_password: bytes = b""
+    recovery_digest: DigestType = DigestType.CRC32
 
 
 @dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bkctl.errors import UsageError
+from bkctl.model import DigestType
 from bkctl.recovery.config import daemon_config
 
 
@@ -35,3 +36,14 @@ def test_keys_in_javas_units() -> None:
 def test_bad_values_are_usage_errors(key: str, value: str) -> None:
     with pytest.raises(UsageError, match=key):
         daemon_config({key: value})
+
+
+def test_recovery_password_and_digest_for_ledgers_storing_none() -> None:
+    _, worker = daemon_config({})
+    assert (worker.recovery_password, worker.recovery_digest) == (b"", DigestType.CRC32)
+    _, worker = daemon_config({"bookieRecoveryPasswd": "s3cret", "bookieRecoveryDigestType": "MAC"})
+    assert (worker.recovery_password, worker.recovery_digest) == (b"s3cret", DigestType.MAC)
+    with pytest.raises(UsageError, match="digest"):
+        daemon_config({"bookieRecoveryDigestType": "SHA256"})
+    with pytest.raises(UsageError, match="bookieRecoveryPasswd"):
+        daemon_config({"bookieRecoveryPasswd": "x" * 10_000})
