@@ -52,15 +52,19 @@ def prepare(tmp_path: Path) -> str:
     return f"sqlite://{path}"
 
 
+async def start_java_bookies(cluster: Cluster, tmp_path: Path, uri: str) -> None:
+    """bkctl bookies serving the copies `prepare` made of bookie1-3, under their Java bookie ids."""
+    for n in (1, 2, 3):
+        config = load_config(bookie_flags(tmp_path / f"b{n}", bookieId=f"127.0.0.1:3318{n}"))
+        cluster.bookies.append(await bounded(BookieService(config, uri).start()))
+
+
 @twisted_test
 async def test_recovery_and_reads_of_java_written_ledgers(tmp_path: Path) -> None:
     uri = await in_thread(prepare, tmp_path)
     cluster = await Cluster(tmp_path, uri).start(0)
     try:
-        for n in (1, 2, 3):
-            config = load_config(bookie_flags(tmp_path / f"b{n}", bookieId=f"127.0.0.1:3318{n}"))
-            service = BookieService(config, uri)
-            cluster.bookies.append(await bounded(service.start()))
+        await start_java_bookies(cluster, tmp_path, uri)
         client = cluster.client()  # the Java ids name ports we do not listen on: found by registration
 
         recovered = await bounded(client.open_ledger(1, PASSWORD))

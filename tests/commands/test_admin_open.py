@@ -14,12 +14,10 @@ import base64
 import json
 from pathlib import Path
 
-from bkctl.server.config import load_config
-from bkctl.server.service import BookieService
-from tests.client.cluster import Cluster, bounded
-from tests.client.test_java_data import prepare
+from tests.client.cluster import Cluster
+from tests.client.test_java_data import prepare, start_java_bookies
 from tests.commands.sandbox_proc import bkctl
-from tests.server_net.live import bookie_flags, in_thread, twisted_test
+from tests.server_net.live import in_thread, twisted_test
 
 
 def _run(uri: str, *args: str) -> tuple[int, str, str]:
@@ -32,9 +30,7 @@ async def test_java_ledgers_open_with_their_stored_password(tmp_path: Path) -> N
     uri = await in_thread(prepare, tmp_path)
     cluster = await Cluster(tmp_path, uri).start(0)
     try:
-        for n in (1, 2, 3):
-            config = load_config(bookie_flags(tmp_path / f"b{n}", bookieId=f"127.0.0.1:3318{n}"))
-            cluster.bookies.append(await bounded(BookieService(config, uri).start()))
+        await start_java_bookies(cluster, tmp_path, uri)
 
         async def run(*args: str) -> tuple[int, str, str]:
             return await in_thread(_run, uri, *args)
