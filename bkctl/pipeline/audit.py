@@ -35,7 +35,7 @@ from bkctl.pipeline.inventory import Verify, ledger_record_bytes
 from bkctl.pipeline.online import OnlineBookie
 from bkctl.pipeline.session import parallelism
 
-KINDS = ("missing", "lost", "extra", "orphan", "corrupt", "divergent")
+KINDS = compare.FINDING_KINDS
 BOOKIE_KINDS = ("missing", "extra", "orphan", "corrupt")  # the kinds that name a bookie
 FINDING_SCHEMA = (
     "kind string, ledger_id long, bookie string, first_entry_id long, last_entry_id long, "
