@@ -1,6 +1,8 @@
-"""BookKeeper v3 (protobuf) frames: decoded far enough to describe them, and encoded for the one v3
-exchange bkctl speaks (GET_LIST_OF_ENTRIES_OF_LEDGER, asked by `bkctl audit --online`, answered by the
-bookie) plus the EBADREQ answer a bkctl bookie gives any other v3 request.
+"""BookKeeper v3 (protobuf) frames: every request and response of the 4.14 protocol, decoded and encoded.
+
+The bookie answers v3 (server/protocol_v3.py) and the client speaks it with `--protocol v3`. Encoding
+writes fields in field-number order, as Java's generated code does, so what we send is byte-for-byte what
+a Java bookie or client sends for the same values (tests/test_wire_v3.py checks this on a capture).
 
 A v3 payload is a `Request` or `Response` message of BookkeeperProtocol.proto: a BKPacketHeader
 (version, operation, txnId, priority), for responses a status, and one operation message in the field
@@ -25,6 +27,7 @@ from bkctl.protocol.protobuf import (
     as_signed64,
     bytes_field,
     encode_fields,
+    encode_varint,
     expect_bytes,
     expect_int,
     expect_text,
@@ -77,6 +80,9 @@ class StatusCode(IntEnum):
 READ_FLAG_FENCE_LEDGER: Final = 1
 READ_FLAG_ENTRY_PIGGYBACK: Final = 2
 ADD_FLAG_RECOVERY_ADD: Final = 1
+WRITE_FLAG_DEFERRED_SYNC: Final = 1  # AddRequest.writeFlags: ack before the journal's fsync
+HIGH_PRIORITY: Final = 100  # BKPacketHeader.priority of Java's recovery reads and adds
+AUTH_DISABLED_PLUGIN: Final = "AuthDisabledPlugin"
 BOOKIE_INFO_TOTAL_DISK_CAPACITY: Final = 0x1
 BOOKIE_INFO_FREE_DISK_SPACE: Final = 0x2
 
@@ -357,33 +363,199 @@ def _check_frame_size(payload: bytes | bytearray | memoryview) -> None:
 
 # --- encoding -----------------------------------------------------------------------------------------
 
+# OperationType -> (request field number, response field number, request kind, response kind).
+_OPS_BY_TYPE: Final[Mapping[int, tuple[int, str, str]]] = {
+    OperationType.READ_ENTRY: (100, "readRequest", "readResponse"),
+    OperationType.ADD_ENTRY: (101, "addRequest", "addResponse"),
+    OperationType.AUTH: (102, "authRequest", "authResponse"),
+    OperationType.WRITE_LAC: (103, "writeLacRequest", "writeLacResponse"),
+    OperationType.READ_LAC: (104, "readLacRequest", "readLacResponse"),
+    OperationType.GET_BOOKIE_INFO: (105, "getBookieInfoRequest", "getBookieInfoResponse"),
+    OperationType.START_TLS: (106, "startTLSRequest", "startTLSResponse"),
+    OperationType.FORCE_LEDGER: (107, "forceLedgerRequest", "forceLedgerResponse"),
+    OperationType.GET_LIST_OF_ENTRIES_OF_LEDGER: (
+        108,
+        "getListOfEntriesOfLedgerRequest",
+        "getListOfEntriesOfLedgerResponse",
+    ),
+}
 
-def _header(operation: int, txn_id: int, version: int = VERSION_THREE) -> Field:
+
+def _in_number_order(schema: Mapping[int, tuple[str, _Reader]]) -> tuple[tuple[int, str], ...]:
+    return tuple((number, schema[number][0]) for number in sorted(schema))
+
+
+# kind -> its fields as (field number, Operation attribute), in the order Java writes them.
+_LAYOUTS: Final[Mapping[str, tuple[tuple[int, str], ...]]] = {
+    kind: _in_number_order(schema) for kind, schema in (*_REQUEST_OPS.values(), *_RESPONSE_OPS.values())
+}
+
+
+def _header(operation: int, txn_id: int, version: int = VERSION_THREE, priority: int = 0) -> Field:
+    """A BKPacketHeader; priority only when set, as Java's client sets it only on high-priority requests."""
     parts = [varint_field(1, version), varint_field(2, operation), varint_field(3, txn_id)]
+    if priority:
+        parts.append(varint_field(4, priority))
     return bytes_field(_HEADER_FIELD, encode_fields(parts))
+
+
+def encode_operation(op: Operation) -> bytes:
+    """The operation message alone: the fields of `op` that are not None, in field-number order."""
+    parts: list[Field] = []
+    for number, name in _LAYOUTS[op.kind]:
+        value = getattr(op, name)
+        if value is None:
+            continue
+        parts.append(varint_field(number, value) if isinstance(value, int) else bytes_field(number, value))
+    return encode_fields(parts)
+
+
+def encode_request(operation: int, txn_id: int, op: Operation, priority: int = 0) -> bytes:
+    """A v3 Request payload (no length prefix): header and the operation message `op`."""
+    number = _OPS_BY_TYPE[operation][0]
+    return encode_fields(
+        [_header(operation, txn_id, priority=priority), bytes_field(number, encode_operation(op))]
+    )
+
+
+def encode_response(operation: int, txn_id: int, status: int, op: Operation | None) -> bytes:
+    """A v3 Response payload: header (version, operation, txnId, as every Java processor builds it), the
+    frame's status and, unless None, the operation message (whose own status Java sets to the same)."""
+    parts = [_header(operation, txn_id), varint_field(_STATUS_FIELD, status)]
+    if op is not None:
+        parts.append(bytes_field(_OPS_BY_TYPE[operation][0], encode_operation(op)))
+    return encode_fields(parts)
+
+
+def request_kind(operation: int) -> str | None:
+    """The Request field name of an operation type (None: not a 4.14 operation)."""
+    entry = _OPS_BY_TYPE.get(operation)
+    return None if entry is None else entry[1]
+
+
+def response_kind(operation: int) -> str:
+    return _OPS_BY_TYPE[operation][2]
 
 
 def encode_entries_of_ledger_request(txn_id: int, ledger_id: int) -> bytes:
     """A GET_LIST_OF_ENTRIES_OF_LEDGER request payload (no length prefix)."""
-    op = encode_fields([varint_field(1, ledger_id)])
-    header = _header(OperationType.GET_LIST_OF_ENTRIES_OF_LEDGER, txn_id)
-    return encode_fields([header, bytes_field(_ENTRIES_OF_LEDGER_FIELD, op)])
+    op = Operation("getListOfEntriesOfLedgerRequest", ledger_id=ledger_id)
+    return encode_request(OperationType.GET_LIST_OF_ENTRIES_OF_LEDGER, txn_id, op)
 
 
 def encode_entries_of_ledger_response(txn_id: int, status: int, ledger_id: int, availability: bytes) -> bytes:
     """Its response: the status twice (frame and operation, as Java sets both) and, when EOK, the
     AvailabilityOfEntriesOfLedger bytes (protocol/entry_availability.py)."""
-    parts = [varint_field(1, status), varint_field(2, ledger_id)]
-    if status == StatusCode.EOK:
-        parts.append(bytes_field(3, availability))
-    header = _header(OperationType.GET_LIST_OF_ENTRIES_OF_LEDGER, txn_id)
-    op = bytes_field(_ENTRIES_OF_LEDGER_FIELD, encode_fields(parts))
-    return encode_fields([header, varint_field(_STATUS_FIELD, status), op])
+    body = availability if status == StatusCode.EOK else None
+    op = Operation("getListOfEntriesOfLedgerResponse", status=status, ledger_id=ledger_id, body=body)
+    return encode_response(OperationType.GET_LIST_OF_ENTRIES_OF_LEDGER, txn_id, status, op)
 
 
-def encode_status_response(request: V3Request, status: int) -> bytes:
-    """A response with the request's header and a status only: how a bkctl bookie refuses a v3 request
-    it does not serve (EBADREQ), so a v3 client fails at once instead of waiting for its timeout."""
+def encode_status_response(request: V3Request, status: int, op: Operation | None = None) -> bytes:
+    """A response echoing the request's header (priority included, as Java's `setHeader(r.getHeader())`
+    does for AUTH and unknown operations) with a status and an optional operation message."""
     header = request.header
-    parts = [_header(header.operation, header.txn_id, header.version), varint_field(_STATUS_FIELD, status)]
+    parts = [
+        _header(header.operation, header.txn_id, header.version, header.priority),
+        varint_field(_STATUS_FIELD, status),
+    ]
+    if op is not None:
+        parts.append(bytes_field(_OPS_BY_TYPE[header.operation][0], encode_operation(op)))
     return encode_fields(parts)
+
+
+# --- the add fast path ----------------------------------------------------------------------------------
+#
+# Most frames a bookie sees are adds. Java's client writes an add request as: header (version 3, ADD_ENTRY,
+# txnId, maybe priority), then addRequest (ledgerId, entryId, masterKey, body, maybe writeFlags, maybe
+# flag). `parse_add` reads exactly that shape with plain byte indexing, no Field objects; anything else
+# (another field order, unknown fields) returns None and takes the general decoder, same answer.
+
+_ADD_HEADER_PREFIX: Final = bytes((0x08, VERSION_THREE, 0x10, OperationType.ADD_ENTRY, 0x18))
+_ADD_REQUEST_TAG: Final = bytes((0xAA, 0x06))  # field 101, length-delimited
+_ADD_FLAG_TAG: Final = bytes((0xA0, 0x06))  # field 100, varint
+
+
+def _varint_at(data: bytes | bytearray, offset: int) -> tuple[int, int]:
+    byte = data[offset]
+    if byte < 0x80:
+        return byte, offset + 1
+    result = byte & 0x7F
+    shift = 7
+    while True:
+        offset += 1
+        byte = data[offset]
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, offset + 1
+        shift += 7
+        if shift > 63:
+            raise IndexError("varint too long")
+
+
+def parse_add(
+    payload: bytes | bytearray, start: int, end: int
+) -> tuple[int, int, int, int, bytes, int, int, int, int] | None:
+    """A Java-shaped v3 add request in payload[start:end]: (txn id, priority, ledger id, entry id, master
+    key, body start, body end, flag, write flags), or None when it is shaped otherwise."""
+    try:
+        if payload[start] != 0x0A:
+            return None
+        header_end = start + 2 + payload[start + 1]
+        if payload[start + 2 : start + 7] != _ADD_HEADER_PREFIX:
+            return None
+        txn_id, position = _varint_at(payload, start + 7)
+        priority = 0
+        if position < header_end:
+            if payload[position] != 0x20:
+                return None
+            priority, position = _varint_at(payload, position + 1)
+        if position != header_end or payload[position : position + 2] != _ADD_REQUEST_TAG:
+            return None
+        size, position = _varint_at(payload, position + 2)
+        if position + size != end or payload[position] != 0x08:
+            return None
+        ledger_id, position = _varint_at(payload, position + 1)
+        if payload[position] != 0x10:
+            return None
+        entry_id, position = _varint_at(payload, position + 1)
+        if payload[position] != 0x1A:
+            return None
+        key_size, position = _varint_at(payload, position + 1)
+        master_key = bytes(payload[position : position + key_size])
+        position += key_size
+        if payload[position] != 0x22:
+            return None
+        body_size, body_start = _varint_at(payload, position + 1)
+        position = body_end = body_start + body_size
+        flag = write_flags = 0
+        if position < end and payload[position] == 0x28:
+            write_flags, position = _varint_at(payload, position + 1)
+        if position < end and payload[position : position + 2] == _ADD_FLAG_TAG:
+            flag, position = _varint_at(payload, position + 2)
+        if position != end or txn_id >= 1 << 64 or ledger_id >= 1 << 63 or entry_id >= 1 << 63:
+            return None
+        return txn_id, priority, ledger_id, entry_id, master_key, body_start, body_end, flag, write_flags
+    except IndexError:
+        return None
+
+
+def _framed_message(number_tag: bytes, body: bytes) -> bytes:
+    return number_tag + encode_varint(len(body)) + body
+
+
+def framed_add_response(txn_id: int, status: int, ledger_id: int, entry_id: int) -> bytes:
+    """A length-prefixed ADD_ENTRY response, byte-for-byte what a Java bookie sends (the fast path's
+    reply; equal to `encode_response` with an addResponse, which the tests check)."""
+    txn = encode_varint(txn_id)
+    header = b"\x0a" + bytes((5 + len(txn),)) + b"\x08\x03\x10\x02\x18" + txn
+    op = (
+        b"\x08"
+        + encode_varint(status)
+        + b"\x10"
+        + encode_varint(ledger_id)
+        + b"\x18"
+        + encode_varint(entry_id)
+    )
+    payload = header + b"\x10" + encode_varint(status) + _framed_message(b"\xaa\x06", op)
+    return len(payload).to_bytes(4, "big") + payload

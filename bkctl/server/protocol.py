@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import logging
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final, Protocol
 
 from twisted.internet import protocol
@@ -31,6 +33,7 @@ from bkctl import limits
 from bkctl.errors import ProtocolError
 from bkctl.netio import write_now
 from bkctl.protocol import wire, wire_v3
+from bkctl.server.protocol_v3 import LateReply, V3Requests
 
 log = logging.getLogger("bkctl.bookie")
 
@@ -48,6 +51,7 @@ _ADD_ENTRY_OFFSET: Final = wire.LENGTH_PREFIX_SIZE + wire.HEADER_SIZE + limits.M
 _ADD_V2_HEADER_HIGH: Final = wire.pack_header(wire.PROTOCOL_VERSION, wire.OpCode.ADD_ENTRY, 0) >> 16
 _RECOVERY_ADD: Final = int(wire.FLAG_RECOVERY_ADD)
 _FRAME_SIZE_MIN: Final = wire.HEADER_SIZE
+_V2_VERSION_MAX: Final = wire.PROTOCOL_VERSION_MAX  # a higher first byte is a v3 (protobuf) frame
 # A framed add reply in one pack: length prefix, header, rc, ledger id, entry id.
 _FRAMED_ADD_RESPONSE: Final = struct.Struct(">iIiqq")
 _ADD_V2_RESPONSE_HEADER: Final = wire.pack_header(wire.PROTOCOL_VERSION, wire.OpCode.ADD_ENTRY, 0)
@@ -72,6 +76,23 @@ class StorageApi(Protocol):
 
     def entry_availability(self, ledger_id: int) -> Deferred[tuple[int, bytes]]: ...
 
+    # The v3 operations (server/protocol_v3.py).
+    def explicit_lac(self, ledger_id: int) -> bytes | None: ...
+
+    def is_fenced(self, ledger_id: int) -> bool: ...
+
+    def write_lac(self, ledger_id: int, master_key: bytes, lac_body: bytes, token: object) -> int: ...
+
+    def force_ledger(self, ledger_id: int, token: object) -> int: ...
+
+    def last_add_confirmed(self, ledger_id: int) -> tuple[int, int]: ...
+
+    def watch_lac(self, ledger_id: int, previous_lac: int, notify: Callable[[], None]) -> bool: ...
+
+    def unwatch_lac(self, ledger_id: int, notify: Callable[[], None]) -> None: ...
+
+    def disk_space(self) -> tuple[int, int]: ...
+
 
 @dataclass
 class NetworkMetrics:
@@ -85,29 +106,20 @@ class NetworkMetrics:
     read_pauses: int = 0  # times a connection stopped being read (backpressure)
 
 
-class _FencingRead:
-    """Token of a fencing read: answered with the read once the fence record is durable."""
-
-    __slots__ = ("request",)
-
-    def __init__(self, request: wire.ReadRequest) -> None:
-        self.request = request
-
-
 def deliver_durable(tokens: list[object]) -> None:
     """Storage's `on_durable`: one write per connection per fsync batch, replies in journal order."""
     by_connection: dict[BookieProtocol, list[bytes]] = {}
     for token in tokens:
         connection: BookieProtocol
-        reply: bytes | _FencingRead
+        reply: bytes | LateReply
         connection, reply = token  # type: ignore[misc]
         replies = by_connection.get(connection)
         if replies is None:
             replies = by_connection[connection] = []
-        if isinstance(reply, _FencingRead):
-            replies.append(connection.fencing_read_reply(reply.request))
+        if type(reply) is LateReply:
+            replies.append(reply.make())  # a fencing read: the entry is read now the fence is durable
         else:
-            replies.append(reply)
+            replies.append(reply)  # type: ignore[arg-type]
     for connection, replies in by_connection.items():
         connection.durable(replies)
 
@@ -146,6 +158,7 @@ class BookieProtocol(protocol.Protocol):
         self._reading_paused = False
         self.peer = "?"
         self._transport: Any = None  # the ITransport, untyped: zope interfaces and mypy do not mix
+        self._v3: V3Requests | None = None  # made at the first v3 frame
 
     # --- connection life ------------------------------------------------------------------------
 
@@ -165,6 +178,8 @@ class BookieProtocol(protocol.Protocol):
     def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:
         self.connected = False
         self.factory.connection_lost(self)
+        if self._v3 is not None:
+            self._v3.close()
         # Replies of adds still in the journal are dropped in `durable` (self.connected is 0 now).
 
     # --- IPushProducer: the transport's write buffer -------------------------------------------
@@ -255,19 +270,37 @@ class BookieProtocol(protocol.Protocol):
                         self.pending += 1
                     else:
                         self._out.append(pack(reply_size, _ADD_V2_RESPONSE_HEADER, rc, ledger_id, entry_id))
-                else:
+                elif buffer[start + wire.LENGTH_PREFIX_SIZE] <= _V2_VERSION_MAX:
                     self._handle(bytes(buffer[start + wire.LENGTH_PREFIX_SIZE : position]))
+                else:
+                    self._v3_frame(buffer, start + wire.LENGTH_PREFIX_SIZE, position)
         finally:
             if position:
                 # Deleting from the front of a bytearray only moves its start pointer: no copy of the rest.
                 del buffer[:position]
         return problem
 
+    def _v3_frame(self, buffer: bytearray, start: int, end: int) -> None:
+        """A v3 (protobuf) request, buffer[start:end]: see server/protocol_v3.py."""
+        if self._v3 is None:
+            self._v3 = V3Requests(self)
+        self._v3.frame(buffer, start, end)
+
+    def queue(self, reply: bytes) -> None:
+        """A framed reply, written with the others at the end of this `dataReceived`."""
+        self._out.append(reply)
+
+    def start_tls(self, request: wire_v3.V3Request) -> None:
+        """START_TLS (v3). The hook of the TLS upgrade: with TLS configured it answers EOK (with an empty
+        startTLSResponse) and starts the handshake on the transport. Without, Java's bookie answers
+        EBADREQ (header of version, operation, txnId; no operation message) and so do we."""
+        header = request.header
+        refusal = wire_v3.encode_response(header.operation, header.txn_id, wire_v3.StatusCode.EBADREQ, None)
+        log.info("bookie: %s asked for TLS, which is not configured", self.peer)
+        self.queue(framed(refusal))
+
     def _handle(self, payload: bytes) -> None:
-        """Any request but a well-formed version 2 add (those are handled in `_frames`)."""
-        if not wire_v3.is_v2_frame(payload):
-            self._handle_v3(payload)
-            return
+        """Any version 2 request but a well-formed add (those are handled in `_frames`)."""
         try:
             request = wire.decode_request(payload)
         except ProtocolError as exc:
@@ -286,31 +319,6 @@ class BookieProtocol(protocol.Protocol):
         else:
             self.factory.metrics.bad_requests += 1
             self._out.append(framed(wire.encode_error_response(request, _EBADREQ)))
-
-    def _handle_v3(self, payload: bytes) -> None:
-        """A v3 (protobuf) request: GET_LIST_OF_ENTRIES_OF_LEDGER is served (the auditor's replicas check,
-        `bkctl audit --online`); any other gets EBADREQ at once. A frame that is not a v3 request closes
-        the connection, as an undecodable v2 header does."""
-        try:
-            request = wire_v3.decode_v3_request(payload)
-        except ProtocolError as exc:
-            raise ProtocolError(f"undecodable v3 request: {exc}") from None
-        operation = request.operation
-        wanted = wire_v3.OperationType.GET_LIST_OF_ENTRIES_OF_LEDGER
-        if request.header.operation != wanted or operation is None or operation.ledger_id is None:
-            self.factory.metrics.bad_requests += 1
-            self._out.append(framed(wire_v3.encode_status_response(request, wire_v3.StatusCode.EBADREQ)))
-            return
-        ledger_id, txn_id = operation.ledger_id, request.header.txn_id
-        answer = self.storage.entry_availability(ledger_id)
-        answer.addCallback(self._send_availability, txn_id, ledger_id)
-
-    def _send_availability(self, answer: tuple[int, bytes], txn_id: int, ledger_id: int) -> None:
-        rc, body = answer
-        status = wire_v3.StatusCode[wire.ReturnCode(rc).name]
-        if self.connected:
-            reply = wire_v3.encode_entries_of_ledger_response(txn_id, status, ledger_id, body)
-            write_now(self._transport, [framed(reply)])
 
     def _add(self, request: wire.AddRequest) -> None:
         ledger_id, entry_id = request.ledger_id, request.entry_id
@@ -336,7 +344,8 @@ class BookieProtocol(protocol.Protocol):
             # Fencing without a key (a version 0/1 client) cannot prove it may fence: EUA, like Java.
             self._out.append(self._read_reply(request, _EUA, b""))
             return
-        rc = self.storage.fence(request.ledger_id, request.master_key, (self, _FencingRead(request)))
+        late = LateReply(partial(self.fencing_read_reply, request))
+        rc = self.storage.fence(request.ledger_id, request.master_key, (self, late))
         if rc == _EOK:
             self.pending += 1
         else:
@@ -444,7 +453,13 @@ class BookieFactory(protocol.Factory):
         frame_size_max: int = limits.FRAME_SIZE_MAX,
         pending_adds_max: int = limits.BOOKIE_PENDING_ADDS_PER_CONNECTION_MAX,
         tcp_no_delay: bool = True,
+        reactor: Any = None,
     ) -> None:
+        if reactor is None:
+            from twisted.internet import reactor as default_reactor
+
+            reactor = default_reactor
+        self.reactor = reactor  # long-poll reads' timeouts
         self.storage = storage
         self.frame_size_max = frame_size_max
         self.pending_adds_max = pending_adds_max
