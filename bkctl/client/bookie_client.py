@@ -1,4 +1,8 @@
-"""One pipelined v2 connection per bookie: request timeouts, ordered completion, bounded reconnect backoff.
+"""One pipelined connection per bookie: request timeouts, ordered completion, bounded reconnect backoff.
+
+v2 is the default wire protocol; `protocol="v3"` speaks v3 (protobuf), for bookies that allow only v3
+(Java's default). In v3 every request gets a transaction id and replies are matched by it (`_V3` keys);
+the callers' API is the same: add frames are built as v2 by the ledger and re-encoded per request.
 
 v2 frames carry no transaction id, so a reply is matched to its request by (opcode, ledger id, entry id).
 A bookie answers requests with the same key in the order it got them on one connection, so each key has
@@ -34,7 +38,7 @@ from bkctl import limits
 from bkctl.errors import ProtocolError, TimeoutError_, UnavailableError, UsageError
 from bkctl.model import BookieId
 from bkctl.netio import write_now
-from bkctl.protocol import wire
+from bkctl.protocol import wire, wire_v3
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +66,8 @@ _REPLY_HEAD_SIZE = _REPLY_HEAD.size
 _ADD_REPLY_SIZE = _REPLY_HEAD_SIZE - wire.LENGTH_PREFIX_SIZE
 _FRAME_MIN = wire.HEADER_SIZE
 _FRAME_MAX = limits.FRAME_SIZE_MAX
+_V3 = -3  # the first item of a v3 request's key: (_V3, txn id, 0)
+PROTOCOLS = ("v2", "v3")
 
 
 # Add flags: a writer's, and recovery's (accepted by a fenced bookie), shared by the ledger handle and
@@ -141,8 +147,14 @@ class BookieClient:
         requests_max: int = limits.CLIENT_REQUESTS_PER_BOOKIE_MAX,
         address: tuple[str, int] | None = None,
         resolver: Resolver | None = None,
+        protocol: str = "v2",
     ) -> None:
+        if protocol not in PROTOCOLS:
+            raise UsageError(f"wire protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
         self.bookie_id = bookie_id
+        self.protocol = protocol
+        self._v3 = protocol == "v3"
+        self._txn_id = 0
         self._reactor = reactor
         self._timeout_s = request_timeout_ms / 1000.0
         self._connect_timeout_s = connect_timeout_ms / 1000.0
@@ -180,12 +192,17 @@ class BookieClient:
     ) -> None:
         """ADD_ENTRY of a packaged entry; `cb(rc, b"")`."""
         framed = wire.frame(wire.encode_add_request(entry, master_key, flags))
-        self._send([((_ADD, ledger_id, entry_id), framed, cb)], _call)
+        self.send_adds([((_ADD, ledger_id, entry_id), framed, cb)], _call)
 
     def send_adds(self, items: list[Item], on_reply: OnReply) -> None:
         """ADD_ENTRY requests already framed (length prefix included), keys from `add_key`;
         `on_reply(argument, rc, b"")` for each. The frames are written as they are, so one item can go
         to several bookies."""
+        if self._v3:
+            items = [
+                self._v3_item(wire.decode_request(framed[wire.LENGTH_PREFIX_SIZE :]), a)
+                for _, framed, a in items
+            ]
         self._send(items, on_reply)
 
     def read(
@@ -193,8 +210,41 @@ class BookieClient:
     ) -> None:
         """READ_ENTRY; `cb(rc, stored entry)`. Entry -1 asks for the bookie's last entry."""
         key = master_key if flags & wire.FLAG_DO_FENCING else None
+        request = wire.ReadRequest(wire.PROTOCOL_VERSION, flags, ledger_id, entry_id, key)
+        if self._v3:
+            self._send([self._v3_item(request, cb)], _call)
+            return
         payload = wire.encode_read_request(ledger_id, entry_id, flags, key)
         self._send([((_READ, ledger_id, entry_id), wire.frame(payload), cb)], _call)
+
+    def _v3_item(self, request: wire.Request, argument: Any) -> Item:
+        """The v3 form of a v2 add or read request: a new txn id, its key, its frame."""
+        self._txn_id += 1
+        txn_id = self._txn_id
+        priority = wire_v3.HIGH_PRIORITY if request.flags & wire.FLAG_HIGH_PRIORITY else 0
+        if isinstance(request, wire.AddRequest):
+            recovery = request.flags & wire.FLAG_RECOVERY_ADD
+            op = wire_v3.Operation(
+                "addRequest",
+                ledger_id=request.ledger_id,
+                entry_id=request.entry_id,
+                master_key=request.master_key,
+                body=request.entry,
+                flag=wire_v3.ADD_FLAG_RECOVERY_ADD if recovery else None,
+            )
+            payload = wire_v3.encode_request(wire_v3.OperationType.ADD_ENTRY, txn_id, op, priority)
+        else:
+            assert isinstance(request, wire.ReadRequest)
+            fence = request.flags & wire.FLAG_DO_FENCING
+            op = wire_v3.Operation(
+                "readRequest",
+                ledger_id=request.ledger_id,
+                entry_id=request.entry_id,
+                master_key=request.master_key if fence else None,
+                flag=wire_v3.READ_FLAG_FENCE_LEDGER if fence else None,
+            )
+            payload = wire_v3.encode_request(wire_v3.OperationType.READ_ENTRY, txn_id, op, priority)
+        return (_V3, txn_id, 0), wire.frame(payload), argument
 
     def _send(self, items: list[Item], on_reply: OnReply) -> None:
         refused = self._refused(len(items))
@@ -252,6 +302,9 @@ class BookieClient:
     def _data_received(self, connection: _Connection, data: bytes) -> None:
         if connection is not self._connection:
             return
+        if self._v3:
+            self._data_received_v3(connection, data)
+            return
         buffer = self._buffer
         buffer += data
         end = len(buffer)
@@ -294,6 +347,34 @@ class BookieClient:
             del buffer[:position]
         timeline = self._timeline
         while timeline and timeline[0][0] is None:  # answered: nothing left to time out
+            timeline.popleft()
+
+    def _data_received_v3(self, connection: _Connection, data: bytes) -> None:
+        """v3 replies: each is matched to its request by txn id; its status becomes the v2 code."""
+        buffer = self._buffer
+        buffer += data
+        position = 0
+        try:
+            while len(buffer) - position >= wire.LENGTH_PREFIX_SIZE:
+                (size,) = wire.FRAME_LENGTH.unpack_from(buffer, position)
+                if not 1 <= size <= _FRAME_MAX:
+                    raise ProtocolError(f"reply frame length {size} is not 1..{_FRAME_MAX}")
+                start = position + wire.LENGTH_PREFIX_SIZE
+                if len(buffer) - start < size:
+                    break
+                position = start + size
+                response = wire_v3.decode_v3_response(bytes(buffer[start:position]))
+                body = response.operation.body if response.operation is not None else None
+                self._answer((_V3, response.header.txn_id, 0), _rc_of(response.status), body or b"")
+        except ProtocolError as exc:
+            log.warning("bookie %s: bad v3 reply stream, dropping the connection: %s", self.bookie_id, exc)
+            position = len(buffer)
+            if connection.socket is not None:
+                connection.socket.abortConnection()
+        if position:
+            del buffer[:position]
+        timeline = self._timeline
+        while timeline and timeline[0][0] is None:
             timeline.popleft()
 
     def _reply(self, response: wire.Response) -> None:
@@ -481,6 +562,14 @@ class BookieClient:
         return done
 
 
+def _rc_of(status: int) -> int:
+    """The v2 return code of a v3 status (one the client does not know is an I/O error)."""
+    try:
+        return int(wire_v3.StatusCode(status).to_return_code())
+    except ValueError:
+        return int(wire.ReturnCode.EIO)
+
+
 def _address(bookie_id: str) -> tuple[str, int] | None:
     """The id as an address when it is host:port (a name is only reachable through its registration)."""
     try:
@@ -493,9 +582,14 @@ def _address(bookie_id: str) -> tuple[str, int] | None:
 class BookieClients:
     """The pool: one BookieClient per bookie id, all sharing one reactor and one set of options."""
 
-    def __init__(self, reactor: Any, resolver: Resolver | None = None, **options: int) -> None:
+    def __init__(
+        self, reactor: Any, resolver: Resolver | None = None, protocol: str = "v2", **options: int
+    ) -> None:
+        if protocol not in PROTOCOLS:
+            raise UsageError(f"wire protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
         self._reactor = reactor
         self._resolver = resolver
+        self.protocol = protocol
         self._options: dict[str, Any] = options  # BookieClient's int keywords
         self._clients: dict[str, BookieClient] = {}
         self._closed = False
@@ -503,7 +597,9 @@ class BookieClients:
     def get(self, bookie_id: str) -> BookieClient:
         client = self._clients.get(bookie_id)
         if client is None:
-            client = BookieClient(bookie_id, self._reactor, **self._options, resolver=self._resolver)
+            client = BookieClient(
+                bookie_id, self._reactor, **self._options, resolver=self._resolver, protocol=self.protocol
+            )
             if self._closed:
                 client.close()
             self._clients[bookie_id] = client

@@ -662,6 +662,7 @@ class Client:
         rng: random.Random | None = None,
         bookies: BookieClients | None = None,
         recovery_reads_in_flight: int = limits.CLIENT_RECOVERY_READS_IN_FLIGHT,
+        protocol: str = "v2",
         **bookie_options: int,
     ) -> None:
         if reactor is None:
@@ -671,7 +672,8 @@ class Client:
         self.layout = layout
         self.reactor = reactor
         self.rng = rng or random.Random()
-        self.bookies = bookies or BookieClients(reactor, self._registered_address, **bookie_options)
+        # protocol: the bookies' wire protocol, "v2" (default) or "v3" (BookieClients).
+        self.bookies = bookies or BookieClients(reactor, self._registered_address, protocol, **bookie_options)
         # Recovery reads kept in flight past the LAC; 1 reproduces a one-at-a-time reader's frames.
         self.recovery_reads_in_flight = recovery_reads_in_flight
         self.closing = False
