@@ -83,6 +83,15 @@ def _root(
             show_default=False,
         ),
     ] = None,
+    protocol: Annotated[
+        str | None,
+        typer.Option(
+            "--protocol",
+            help="Bookie wire protocol of every client command below: v2 (default) or v3 "
+            "(same as the command's own --protocol; env BKCTL_PROTOCOL).",
+            show_default=False,
+        ),
+    ] = None,
     version: Annotated[
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
@@ -95,6 +104,10 @@ def _root(
         os.environ["BKCTL_OUTPUT"] = output.value
     if metadata_timeout_ms is not None:
         os.environ["BKCTL_METADATA_TIMEOUT_MS"] = str(metadata_timeout_ms)
+    if protocol is not None:
+        if protocol.lower() not in ("v2", "v3"):
+            raise typer.BadParameter(f"{protocol!r} is not v2 or v3", param_hint="'--protocol'")
+        os.environ["BKCTL_PROTOCOL"] = protocol.lower()
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(
         level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

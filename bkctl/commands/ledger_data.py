@@ -21,6 +21,7 @@ from bkctl.commands.ledger_options import (
     DigestOption,
     EnsembleOption,
     PasswordOption,
+    ProtocolOption,
     TimeoutOption,
     WriteQuorumOption,
     password_bytes,
@@ -114,6 +115,7 @@ def ledger_read(
     as_text: Annotated[bool, typer.Option("--as-text", help="Payloads as UTF-8 text, not base64.")] = False,
     password: PasswordOption = "",
     timeout_ms: TimeoutOption = None,
+    protocol: ProtocolOption = None,
     metadata: MetadataOption = None,
     output: OutputOption = None,
 ) -> None:
@@ -152,7 +154,7 @@ def ledger_read(
         await _in_thread(emit, _stream(lh, first, end))
         return 0
 
-    failed = run_client(metadata, work, request_timeout_ms=timeout_ms)
+    failed = run_client(metadata, work, request_timeout_ms=timeout_ms, protocol=protocol)
     if failed:
         raise ProblemsFound(f"{failed} entries could not be read from bookie {bookie}")
 
@@ -243,6 +245,7 @@ def ledger_fence(
     ledger_id: LedgerIdArgument,
     password: PasswordOption = "",
     timeout_ms: TimeoutOption = None,
+    protocol: ProtocolOption = None,
     metadata: MetadataOption = None,
     output: OutputOption = None,
 ) -> None:
@@ -268,7 +271,7 @@ def ledger_fence(
         }
         return document, was_closed
 
-    document, was_closed = run_client(metadata, work, request_timeout_ms=timeout_ms)
+    document, was_closed = run_client(metadata, work, request_timeout_ms=timeout_ms, protocol=protocol)
     write_mapping(document, fmt)
     if was_closed:
         raise LedgerClosedError(f"ledger {ledger_id} was already closed (nothing fenced)")
