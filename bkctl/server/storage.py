@@ -534,7 +534,14 @@ class Storage:
             return self.metrics.error(_EREADONLY)
         if self._journal_broken:
             return self.metrics.error(_EIO)
-        if len(lac_body) > limits.EXPLICIT_LAC_SIZE_MAX or len(master_key) > _MASTER_KEY_SIZE_MAX:
+        # The body is the writer's (ledger id, LAC, digest): too short or of another ledger, the index
+        # header could not hold it.
+        size_ok = ixf.EXPLICIT_LAC_SIZE_MIN <= len(lac_body) <= limits.EXPLICIT_LAC_SIZE_MAX
+        if (
+            not size_ok
+            or _KEY.unpack_from(lac_body)[0] != ledger_id
+            or len(master_key) > _MASTER_KEY_SIZE_MAX
+        ):
             return self.metrics.error(_EBADREQ)
         info = self._keyed_ledger(ledger_id, master_key, "write LAC of ledger")
         if type(info) is int:

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 
 from bkctl.model import DigestType
 from bkctl.protocol import entry as entry_codec
-from bkctl.protocol import wire
+from bkctl.protocol import wire, wire_v3
 
 PASSWORD = b"secret"
 MASTER_KEY = entry_codec.master_key(PASSWORD)
@@ -59,6 +59,20 @@ class WireClient:
                 self._ready = self.decoder.frames()
                 continue
             out.append(wire.decode_response(self._ready.pop(0)))
+        return out
+
+    def receive_v3(self, count: int) -> list[wire_v3.V3Response]:
+        """The next `count` v3 responses (socket timeout bounds the wait)."""
+        out: list[wire_v3.V3Response] = []
+        while len(out) < count:
+            if not self._ready:
+                data = self.sock.recv(1 << 16)
+                if not data:
+                    raise ConnectionError(f"bookie closed the connection after {len(out)} of {count} replies")
+                self.decoder.feed(data)
+                self._ready = self.decoder.frames()
+                continue
+            out.append(wire_v3.decode_v3_response(self._ready.pop(0)))
         return out
 
     def closed_by_peer(self) -> bool:
