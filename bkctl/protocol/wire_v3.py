@@ -15,6 +15,8 @@ byte below 8 (that would be field number 0), so the first byte decides without t
 
 from __future__ import annotations
 
+import re
+import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from enum import IntEnum, unique
@@ -467,95 +469,84 @@ def encode_status_response(request: V3Request, status: int, op: Operation | None
 # --- the add fast path ----------------------------------------------------------------------------------
 #
 # Most frames a bookie sees are adds. Java's client writes an add request as: header (version 3, ADD_ENTRY,
-# txnId, maybe priority), then addRequest (ledgerId, entryId, masterKey, body, maybe writeFlags, maybe
-# flag). `parse_add` reads exactly that shape with plain byte indexing, no Field objects; anything else
-# (another field order, unknown fields) returns None and takes the general decoder, same answer.
+# txnId, maybe priority), then addRequest (ledgerId, entryId, masterKey of 20 bytes, body, maybe
+# writeFlags, maybe flag). `match_add` recognises exactly that shape with one regular expression (one C
+# call) and hands back the raw varint bytes of txnId, ledgerId and entryId: the EOK reply is made of them
+# (`add_reply`), nothing is decoded or encoded but the lengths. The ids the bookie stores under are the
+# entry's own (its first 16 bytes), as in Java's Bookie.addEntry. Anything else is None and takes the
+# general decoder, with the same answer.
 
-_ADD_HEADER_PREFIX: Final = bytes((0x08, VERSION_THREE, 0x10, OperationType.ADD_ENTRY, 0x18))
-_ADD_REQUEST_TAG: Final = bytes((0xAA, 0x06))  # field 101, length-delimited
-_ADD_FLAG_TAG: Final = bytes((0xA0, 0x06))  # field 100, varint
-
-
-def _varint_at(data: bytes | bytearray, offset: int) -> tuple[int, int]:
-    byte = data[offset]
-    if byte < 0x80:
-        return byte, offset + 1
-    result = byte & 0x7F
-    shift = 7
-    while True:
-        offset += 1
-        byte = data[offset]
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, offset + 1
-        shift += 7
-        if shift > 63:
-            raise IndexError("varint too long")
+_V: Final = rb"[\x80-\xff]{0,9}[\x00-\x7f]"  # one varint
+_ADD_SHAPE: Final = re.compile(
+    rb"\x0a([\x00-\x7f])\x08\x03\x10\x02\x18(" + _V + rb")(?:\x20" + _V + rb")?"
+    rb"\xaa\x06(" + _V + rb")\x08(" + _V + rb")\x10(" + _V + rb")\x1a\x14(.{20})\x22(" + _V + rb")",
+    re.DOTALL,
+)
+# What may follow the body: writeFlags (5), then flag (100).
+_ADD_TAIL: Final = re.compile(rb"(?:\x28" + _V + rb")?(?:\xa0\x06(" + _V + rb"))?")
+_ADD_PREFIX: Final = struct.Struct(">i")
+_EOK_RAW: Final = b"\x00"
 
 
-def parse_add(
-    payload: bytes | bytearray, start: int, end: int
-) -> tuple[int, int, int, int, bytes, int, int, int, int] | None:
-    """A Java-shaped v3 add request in payload[start:end]: (txn id, priority, ledger id, entry id, master
-    key, body start, body end, flag, write flags), or None when it is shaped otherwise."""
-    try:
-        if payload[start] != 0x0A:
-            return None
-        header_end = start + 2 + payload[start + 1]
-        if payload[start + 2 : start + 7] != _ADD_HEADER_PREFIX:
-            return None
-        txn_id, position = _varint_at(payload, start + 7)
-        priority = 0
-        if position < header_end:
-            if payload[position] != 0x20:
-                return None
-            priority, position = _varint_at(payload, position + 1)
-        if position != header_end or payload[position : position + 2] != _ADD_REQUEST_TAG:
-            return None
-        size, position = _varint_at(payload, position + 2)
-        if position + size != end or payload[position] != 0x08:
-            return None
-        ledger_id, position = _varint_at(payload, position + 1)
-        if payload[position] != 0x10:
-            return None
-        entry_id, position = _varint_at(payload, position + 1)
-        if payload[position] != 0x1A:
-            return None
-        key_size, position = _varint_at(payload, position + 1)
-        master_key = bytes(payload[position : position + key_size])
-        position += key_size
-        if payload[position] != 0x22:
-            return None
-        body_size, body_start = _varint_at(payload, position + 1)
-        position = body_end = body_start + body_size
-        flag = write_flags = 0
-        if position < end and payload[position] == 0x28:
-            write_flags, position = _varint_at(payload, position + 1)
-        if position < end and payload[position : position + 2] == _ADD_FLAG_TAG:
-            flag, position = _varint_at(payload, position + 2)
-        if position != end or txn_id >= 1 << 64 or ledger_id >= 1 << 63 or entry_id >= 1 << 63:
-            return None
-        return txn_id, priority, ledger_id, entry_id, master_key, body_start, body_end, flag, write_flags
-    except IndexError:
+# (txn id, ledger id, entry id as raw varints; master key; body start, body end; RECOVERY_ADD flag set)
+AddMatch = tuple[bytes, bytes, bytes, bytes, int, int, bool]
+
+
+def _small_varint(raw: bytes) -> int:
+    size = len(raw)
+    if size == 1:
+        return raw[0]
+    if size == 2:  # a 1 KiB body's length
+        return raw[0] & 0x7F | raw[1] << 7
+    value = 0
+    for shift, byte in enumerate(raw):
+        value |= (byte & 0x7F) << (7 * shift)
+    return value
+
+
+def match_add(payload: bytes | bytearray, start: int, end: int) -> AddMatch | None:
+    """A Java-shaped v3 add request in payload[start:end] (see above), or None."""
+    m = _ADD_SHAPE.match(payload, start, end)
+    if m is None:
+        return None  # not an add, or an add of another shape
+    header_size, txn_raw, op_size, ledger_raw, entry_raw, master_key, body_size = m.groups()
+    body_start = m.end()
+    body_end = body_start + _small_varint(body_size)
+    op_start = m.end(3)
+    if (
+        header_size[0] != op_start - len(op_size) - 4 - start  # the header's length covers its fields
+        or _small_varint(op_size) != end - op_start  # the addRequest runs to the frame's end
+        or body_end > end
+        or body_end - body_start < 16  # shorter than an entry's ids: the general path refuses it
+    ):
         return None
+    recovery = False
+    if body_end < end:
+        tail = _ADD_TAIL.match(payload, body_end, end)
+        if tail is None or tail.end() != end:
+            return None
+        recovery = tail.group(1) == b"\x01"
+    return txn_raw, ledger_raw, entry_raw, master_key, body_start, body_end, recovery
 
 
-def _framed_message(number_tag: bytes, body: bytes) -> bytes:
-    return number_tag + encode_varint(len(body)) + body
+def add_reply(txn_raw: bytes, ledger_raw: bytes, entry_raw: bytes, status_raw: bytes = _EOK_RAW) -> bytes:
+    """A length-prefixed ADD_ENTRY response from the request's raw varints: byte-for-byte what a Java
+    bookie sends (the tests check it against `encode_response`)."""
+    op_size = 3 + len(status_raw) + len(ledger_raw) + len(entry_raw)  # three tags and the values
+    payload = b"\x0a%c\x08\x03\x10\x02\x18%b\x10%b\xaa\x06%c\x08%b\x10%b\x18%b" % (
+        5 + len(txn_raw),
+        txn_raw,
+        status_raw,
+        op_size,
+        status_raw,
+        ledger_raw,
+        entry_raw,
+    )
+    return _ADD_PREFIX.pack(len(payload)) + payload
 
 
 def framed_add_response(txn_id: int, status: int, ledger_id: int, entry_id: int) -> bytes:
-    """A length-prefixed ADD_ENTRY response, byte-for-byte what a Java bookie sends (the fast path's
-    reply; equal to `encode_response` with an addResponse, which the tests check)."""
-    txn = encode_varint(txn_id)
-    header = b"\x0a" + bytes((5 + len(txn),)) + b"\x08\x03\x10\x02\x18" + txn
-    op = (
-        b"\x08"
-        + encode_varint(status)
-        + b"\x10"
-        + encode_varint(ledger_id)
-        + b"\x18"
-        + encode_varint(entry_id)
+    """`add_reply` from values (the general path's adds and every refusal)."""
+    return add_reply(
+        encode_varint(txn_id), encode_varint(ledger_id), encode_varint(entry_id), encode_varint(status)
     )
-    payload = header + b"\x10" + encode_varint(status) + _framed_message(b"\xaa\x06", op)
-    return len(payload).to_bytes(4, "big") + payload

@@ -5,8 +5,8 @@ connection's first v3 frame. Answers follow Java 4.14's processors (BookieReques
 *ProcessorV3 classes): the response header carries version, operation and txnId; the frame's status and
 the operation message's status are the same; AUTH and unknown operations echo the request's header.
 
-Adds take `wire_v3.parse_add` (no protobuf objects) and reply through Storage's on_durable token exactly
-like v2 adds, with a reply built by `framed_add_response`. What differs from Java, on purpose:
+Adds take `wire_v3.match_add` (one regular expression, no protobuf objects) and reply through Storage's
+on_durable token exactly like v2 adds, answered with the request's raw varints (`add_reply`). Unlike Java:
 - DEFERRED_SYNC adds are acknowledged after the fsync like the others (stronger, never weaker).
 - Priority orders nothing (one reactor thread answers in arrival order); a read-only bookie takes the
   adds flagged RECOVERY_ADD, which Java's clients always send with high priority.
@@ -16,6 +16,7 @@ like v2 adds, with a reply built by `framed_add_response`. What differs from Jav
 from __future__ import annotations
 
 import logging
+import struct
 import time
 from collections.abc import Callable
 from functools import partial
@@ -24,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Final
 from bkctl.errors import ProtocolError
 from bkctl.netio import write_now
 from bkctl.protocol import wire, wire_v3
+from bkctl.protocol.protobuf import encode_varint
 from bkctl.protocol.wire_v3 import Operation, OperationType, StatusCode, V3Request
 
 if TYPE_CHECKING:
@@ -36,6 +38,7 @@ _ENOENTRY: Final = int(wire.ReturnCode.ENOENTRY)
 # v2 return code (what Storage answers) -> the v3 status of the same meaning.
 STATUS_OF_RC: Final = {int(wire.ReturnCode[s.name]): int(s) for s in StatusCode}
 _LAST_ENTRY: Final = wire.LAST_ENTRY_ID
+_ENTRY_IDS: Final = struct.Struct(">qq")  # a packaged entry starts with its ledger and entry ids
 _S = StatusCode
 
 
@@ -79,11 +82,9 @@ class V3Requests:
     def frame(self, buffer: bytearray, start: int, end: int) -> None:
         """One v3 frame payload, buffer[start:end]. Undecodable protobuf raises ProtocolError (the
         connection closes: its stream cannot be trusted); a decodable but wrong request gets EBADREQ."""
-        parsed = wire_v3.parse_add(buffer, start, end)
-        if parsed is not None:
-            txn_id, _, ledger_id, entry_id, master_key, body_start, body_end, flag, _ = parsed
-            recovery = flag == wire_v3.ADD_FLAG_RECOVERY_ADD
-            self._add(txn_id, ledger_id, entry_id, master_key, buffer[body_start:body_end], recovery)
+        add = wire_v3.match_add(buffer, start, end)
+        if add is not None:
+            self._fast_add(buffer, add)
             return
         try:
             request = wire_v3.decode_v3_request(bytes(buffer[start:end]))
@@ -132,29 +133,40 @@ class V3Requests:
 
     # --- adds -----------------------------------------------------------------------------------
 
-    def _add_request(self, request: V3Request, op: Operation) -> None:
-        if op.ledger_id is None or op.entry_id is None or op.body is None:
-            self._refuse(request, _S.EBADREQ)
-            return
-        recovery = op.flag == wire_v3.ADD_FLAG_RECOVERY_ADD
-        self._add(request.header.txn_id, op.ledger_id, op.entry_id, op.master_key or b"", op.body, recovery)
-
-    def _add(
-        self,
-        txn_id: int,
-        ledger_id: int,
-        entry_id: int,
-        master_key: bytes,
-        entry: bytes | bytearray,
-        recovery: bool,
-    ) -> None:
+    def _fast_add(self, buffer: bytearray, add: wire_v3.AddMatch) -> None:
+        """A Java-shaped add (wire_v3.match_add): stored under the entry's own ids, as Java does, and
+        answered from the request's raw varints."""
+        txn_raw, ledger_raw, entry_raw, master_key, body_start, body_end, recovery = add
         connection = self.connection
-        reply = wire_v3.framed_add_response(txn_id, _EOK, ledger_id, entry_id)
+        ledger_id, entry_id = _ENTRY_IDS.unpack_from(buffer, body_start)
+        reply = wire_v3.add_reply(txn_raw, ledger_raw, entry_raw)
+        entry = buffer[body_start:body_end]
         rc = self.storage.add(ledger_id, entry_id, master_key, entry, recovery, (connection, reply))
         if rc == _EOK:
             connection.pending += 1
         else:
-            connection.queue(wire_v3.framed_add_response(txn_id, status_of(rc), ledger_id, entry_id))
+            status = encode_varint(status_of(rc))
+            connection.queue(wire_v3.add_reply(txn_raw, ledger_raw, entry_raw, status))
+
+    def _add_request(self, request: V3Request, op: Operation) -> None:
+        """An add of another shape than Java's (the general decoder): the same answer as `_fast_add`."""
+        if op.ledger_id is None or op.entry_id is None or op.body is None:
+            self._refuse(request, _S.EBADREQ)
+            return
+        encode = wire_v3.framed_add_response
+        txn_id, body = request.header.txn_id, op.body
+        if len(body) < _ENTRY_IDS.size:
+            self.connection.queue(encode(txn_id, _S.EBADREQ, op.ledger_id, op.entry_id))
+            return
+        ledger_id, entry_id = _ENTRY_IDS.unpack_from(body)
+        connection = self.connection
+        reply = encode(txn_id, _EOK, op.ledger_id, op.entry_id)
+        recovery = op.flag == wire_v3.ADD_FLAG_RECOVERY_ADD
+        rc = self.storage.add(ledger_id, entry_id, op.master_key or b"", body, recovery, (connection, reply))
+        if rc == _EOK:
+            connection.pending += 1
+        else:
+            connection.queue(encode(txn_id, status_of(rc), op.ledger_id, op.entry_id))
 
     # --- reads ----------------------------------------------------------------------------------
 

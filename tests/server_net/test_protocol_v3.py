@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from twisted.internet.task import Clock
 
 from bkctl.protocol import entry_availability, wire, wire_v3
-from bkctl.protocol.protobuf import bytes_field, encode_fields, varint_field
+from bkctl.protocol.protobuf import bytes_field, encode_fields, encode_varint, varint_field
 from bkctl.protocol.wire_v3 import Operation, OperationType, StatusCode
 from tests.conftest import JAVA_WIRE
 from tests.server_net.test_protocol import MemoryStorage, RecordingStorage, connect, v3_replies
@@ -321,7 +321,7 @@ def test_wrong_version_and_mismatched_or_missing_operation() -> None:
 @given(
     txn=st.integers(0, 2**64 - 1),
     ids=st.tuples(st.integers(0, 2**63 - 1), st.integers(0, 2**63 - 1)),
-    key=st.binary(max_size=30),
+    key=st.binary(min_size=20, max_size=20),
     tail=st.binary(max_size=200),
     flag=st.sampled_from([None, 1]),
     write_flags=st.sampled_from([None, 0, 1]),
@@ -347,13 +347,19 @@ def test_add_fast_path_agrees_with_the_general_decoder(
         write_flags=write_flags,
     )
     payload = wire_v3.encode_request(OP.ADD_ENTRY, txn, op, priority)
-    parsed = wire_v3.parse_add(payload, 0, len(payload))
-    assert parsed is not None
+    matched = wire_v3.match_add(payload, 0, len(payload))
+    assert matched is not None
     decoded = wire_v3.decode_v3_request(payload)
     assert decoded.operation == op
-    assert parsed[:5] == (txn, priority, ids[0], ids[1], key)
-    assert payload[parsed[5] : parsed[6]] == body
-    assert (parsed[7], parsed[8]) == (flag or 0, write_flags or 0)
+    txn_raw, ledger_raw, entry_raw, master_key, body_start, body_end, recovery = matched
+    assert (txn_raw, ledger_raw, entry_raw) == tuple(map(encode_varint, (txn, *ids)))
+    assert (master_key, payload[body_start:body_end], recovery) == (key, body, flag == 1)
+    reply = wire_v3.add_reply(txn_raw, ledger_raw, entry_raw, encode_varint(StatusCode.EFENCED))
+    assert reply == framed(
+        wire_v3.encode_response(
+            OP.ADD_ENTRY, txn, 504, Operation("addResponse", status=504, ledger_id=ids[0], entry_id=ids[1])
+        )
+    )
     storage = RecordingStorage()
     proto, transport = connect(storage)
     proto.dataReceived(framed(payload))
@@ -387,12 +393,29 @@ def test_add_fast_path_agrees_with_the_general_decoder(
                 ),
             ]
         ),
+        # a master key of another size than SHA-1's 20 bytes
+        wire_v3.encode_request(
+            OP.ADD_ENTRY,
+            5,
+            Operation("addRequest", ledger_id=3, entry_id=0, master_key=bytes(32), body=package(3, 0, b"y")),
+        ),
     ],
 )
 def test_unusual_field_order_takes_the_general_path(payload: bytes) -> None:
-    assert wire_v3.parse_add(payload, 0, len(payload)) is None
+    assert wire_v3.match_add(payload, 0, len(payload)) is None
     storage = MemoryStorage()
     proto, transport = connect(storage)
     proto.dataReceived(framed(payload))
     storage.sync()
     assert one(transport).operation == Operation("addResponse", status=0, ledger_id=3, entry_id=0)
+
+
+def test_an_add_is_stored_under_its_entrys_ids_and_answered_with_the_requests() -> None:
+    # As Java's Bookie.addEntry: the ids inside the entry decide where it goes.
+    storage = MemoryStorage()
+    proto, transport = connect(storage)
+    op = Operation("addRequest", ledger_id=3, entry_id=9, master_key=MASTER_KEY, body=package(3, 1, b"z"))
+    proto.dataReceived(framed(wire_v3.encode_request(OP.ADD_ENTRY, 8, op)))
+    storage.sync()
+    assert one(transport).operation == Operation("addResponse", status=0, ledger_id=3, entry_id=9)
+    assert list(storage.entries) == [(3, 1)]
