@@ -158,7 +158,7 @@ class BookieProtocol(protocol.Protocol):
         self._reading_paused = False
         self.peer = "?"
         self._transport: Any = None  # the ITransport, untyped: zope interfaces and mypy do not mix
-        self._v3: V3Requests | None = None  # made at the first v3 frame
+        self._v3 = V3Requests(self)  # v3 (protobuf) frames: server/protocol_v3.py
 
     # --- connection life ------------------------------------------------------------------------
 
@@ -178,8 +178,7 @@ class BookieProtocol(protocol.Protocol):
     def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:
         self.connected = False
         self.factory.connection_lost(self)
-        if self._v3 is not None:
-            self._v3.close()
+        self._v3.close()
         # Replies of adds still in the journal are dropped in `durable` (self.connected is 0 now).
 
     # --- IPushProducer: the transport's write buffer -------------------------------------------
@@ -243,6 +242,7 @@ class BookieProtocol(protocol.Protocol):
         add = self.storage.add
         pack = _FRAMED_ADD_RESPONSE.pack
         reply_size = wire.RESPONSE_FIXED_SIZE
+        v3_frame = self._v3.frame
         problem = None
         try:
             while end - position >= wire.LENGTH_PREFIX_SIZE:
@@ -273,18 +273,12 @@ class BookieProtocol(protocol.Protocol):
                 elif buffer[start + wire.LENGTH_PREFIX_SIZE] <= _V2_VERSION_MAX:
                     self._handle(bytes(buffer[start + wire.LENGTH_PREFIX_SIZE : position]))
                 else:
-                    self._v3_frame(buffer, start + wire.LENGTH_PREFIX_SIZE, position)
+                    v3_frame(buffer, start + wire.LENGTH_PREFIX_SIZE, position)
         finally:
             if position:
                 # Deleting from the front of a bytearray only moves its start pointer: no copy of the rest.
                 del buffer[:position]
         return problem
-
-    def _v3_frame(self, buffer: bytearray, start: int, end: int) -> None:
-        """A v3 (protobuf) request, buffer[start:end]: see server/protocol_v3.py."""
-        if self._v3 is None:
-            self._v3 = V3Requests(self)
-        self._v3.frame(buffer, start, end)
 
     def queue(self, reply: bytes) -> None:
         """A framed reply, written with the others at the end of this `dataReceived`."""

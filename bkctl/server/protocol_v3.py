@@ -84,7 +84,19 @@ class V3Requests:
         connection closes: its stream cannot be trusted); a decodable but wrong request gets EBADREQ."""
         add = wire_v3.match_add(buffer, start, end)
         if add is not None:
-            self._fast_add(buffer, add)
+            # A Java-shaped add, the hot path (inline, no call but the storage's): stored under the
+            # entry's own ids, as Java does, answered from the request's raw varints.
+            txn_raw, ledger_raw, entry_raw, master_key, body_start, body_end, recovery = add
+            connection = self.connection
+            ledger_id, entry_id = _ENTRY_IDS.unpack_from(buffer, body_start)
+            reply = wire_v3.add_reply(txn_raw, ledger_raw, entry_raw)
+            entry = buffer[body_start:body_end]
+            rc = self.storage.add(ledger_id, entry_id, master_key, entry, recovery, (connection, reply))
+            if rc == _EOK:
+                connection.pending += 1
+            else:
+                status = encode_varint(status_of(rc))
+                connection.queue(wire_v3.add_reply(txn_raw, ledger_raw, entry_raw, status))
             return
         try:
             request = wire_v3.decode_v3_request(bytes(buffer[start:end]))
@@ -133,23 +145,8 @@ class V3Requests:
 
     # --- adds -----------------------------------------------------------------------------------
 
-    def _fast_add(self, buffer: bytearray, add: wire_v3.AddMatch) -> None:
-        """A Java-shaped add (wire_v3.match_add): stored under the entry's own ids, as Java does, and
-        answered from the request's raw varints."""
-        txn_raw, ledger_raw, entry_raw, master_key, body_start, body_end, recovery = add
-        connection = self.connection
-        ledger_id, entry_id = _ENTRY_IDS.unpack_from(buffer, body_start)
-        reply = wire_v3.add_reply(txn_raw, ledger_raw, entry_raw)
-        entry = buffer[body_start:body_end]
-        rc = self.storage.add(ledger_id, entry_id, master_key, entry, recovery, (connection, reply))
-        if rc == _EOK:
-            connection.pending += 1
-        else:
-            status = encode_varint(status_of(rc))
-            connection.queue(wire_v3.add_reply(txn_raw, ledger_raw, entry_raw, status))
-
     def _add_request(self, request: V3Request, op: Operation) -> None:
-        """An add of another shape than Java's (the general decoder): the same answer as `_fast_add`."""
+        """An add of another shape than Java's (the general decoder): the same answer as in `frame`."""
         if op.ledger_id is None or op.entry_id is None or op.body is None:
             self._refuse(request, _S.EBADREQ)
             return
