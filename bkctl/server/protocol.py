@@ -284,10 +284,11 @@ class BookieProtocol(protocol.Protocol):
         """A framed reply, written with the others at the end of this `dataReceived`."""
         self._out.append(reply)
 
-    def start_tls(self, request: wire_v3.V3Request) -> None:
-        """START_TLS (v3). The hook of the TLS upgrade: with TLS configured it answers EOK (with an empty
-        startTLSResponse) and starts the handshake on the transport. Without, Java's bookie answers
-        EBADREQ (header of version, operation, txnId; no operation message) and so do we."""
+    def start_tls(self, request: wire_v3.V3Request, size: int) -> None:
+        """START_TLS (v3; `size`: the request's payload bytes). The hook of the TLS upgrade: with TLS
+        configured it answers EOK (with an empty startTLSResponse) and starts the handshake on the
+        transport. Without, Java's bookie answers EBADREQ (header of version, operation, txnId; no
+        operation message) and so do we."""
         header = request.header
         refusal = wire_v3.encode_response(header.operation, header.txn_id, wire_v3.StatusCode.EBADREQ, None)
         log.info("bookie: %s asked for TLS, which is not configured", self.peer)

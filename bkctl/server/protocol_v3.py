@@ -102,15 +102,16 @@ class V3Requests:
             request = wire_v3.decode_v3_request(bytes(buffer[start:end]))
         except ProtocolError as exc:
             raise ProtocolError(f"undecodable v3 request: {exc}") from None
-        self.request(request)
+        self.request(request, end - start)
 
-    def request(self, request: V3Request) -> None:
+    def request(self, request: V3Request, size: int) -> None:
+        """A decoded request (`size`: its payload's bytes) that is not a Java-shaped add."""
         operation = request.header.operation
         if operation == OperationType.AUTH:
             self._auth(request)
             return
         if operation == OperationType.START_TLS:
-            self.connection.start_tls(request)
+            self.connection.start_tls(request, size)
             return
         handler = self._handlers.get(operation)
         op = request.operation
