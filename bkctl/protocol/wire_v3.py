@@ -383,6 +383,9 @@ _OPS_BY_TYPE: Final[Mapping[int, tuple[int, str, str]]] = {
 }
 
 
+_REQUEST_FIELD_BY_KIND: Final = {kind: number for number, (kind, _) in _REQUEST_OPS.items()}
+
+
 def _in_number_order(schema: Mapping[int, tuple[str, _Reader]]) -> tuple[tuple[int, str], ...]:
     return tuple((number, schema[number][0]) for number in sorted(schema))
 
@@ -413,8 +416,9 @@ def encode_operation(op: Operation) -> bytes:
 
 
 def encode_request(operation: int, txn_id: int, op: Operation, priority: int = 0) -> bytes:
-    """A v3 Request payload (no length prefix): header and the operation message `op`."""
-    number = _OPS_BY_TYPE[operation][0]
+    """A v3 Request payload (no length prefix): header and the operation message `op`, in the field its
+    kind names (so a test can send a header that disagrees with its message)."""
+    number = _REQUEST_FIELD_BY_KIND[op.kind]
     return encode_fields(
         [_header(operation, txn_id, priority=priority), bytes_field(number, encode_operation(op))]
     )
