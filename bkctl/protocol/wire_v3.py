@@ -489,7 +489,7 @@ _ADD_SHAPE: Final = re.compile(
 # What may follow the body: writeFlags (5), then flag (100).
 _ADD_TAIL: Final = re.compile(rb"(?:\x28" + _V + rb")?(?:\xa0\x06(" + _V + rb"))?")
 _ADD_PREFIX: Final = struct.Struct(">i")
-_EOK_RAW: Final = b"\x00"
+_EOK_RAW: Final = b"\x00"  # status EOK as a varint (compared by identity: the default argument)
 
 
 # (txn id, ledger id, entry id as raw varints; master key; body start, body end; RECOVERY_ADD flag set)
@@ -536,33 +536,27 @@ def match_add(payload: bytes | bytearray, start: int, end: int) -> AddMatch | No
     return txn_raw, ledger_raw, entry_raw, master_key, body_start, body_end, tail.group(1) == b"\x01"
 
 
-_HEADS: Final = tuple(b"\x0a%c\x08\x03\x10\x02\x18" % (5 + n) for n in range(11))  # by txn varint size
-_BYTE: Final = tuple(bytes((n,)) for n in range(128))
-_PREFIXES: Final = tuple(_ADD_PREFIX.pack(n) for n in range(128))  # an add response is < 70 bytes
+def _reply_head(txn_size: int, ids_size: int, status_size: int = 1) -> bytes:
+    """An add response up to its txn id: length prefix, header tag, size and its fixed fields."""
+    size = 11 + txn_size + status_size + 3 + status_size + ids_size  # header, status, operation message
+    return _ADD_PREFIX.pack(size) + b"\x0a%c\x08\x03\x10\x02\x18" % (5 + txn_size)
+
+
+# The EOK reply's fixed parts by varint sizes (txn id: 1-10 bytes, ledger + entry ids: 2-20 bytes).
+_EOK_HEADS: Final = {(t, n): _reply_head(t, n) for t in range(1, 11) for n in range(2, 21)}
+_EOK_MIDDLES: Final = {n: b"\x10\x00\xaa\x06%c\x08\x00\x10" % (4 + n) for n in range(2, 21)}
 
 
 def add_reply(txn_raw: bytes, ledger_raw: bytes, entry_raw: bytes, status_raw: bytes = _EOK_RAW) -> bytes:
     """A length-prefixed ADD_ENTRY response from the request's raw varints: byte-for-byte what a Java
-    bookie sends (the tests check it against `encode_response`). Tables, one join: the hot path."""
-    op_size = 3 + len(status_raw) + len(ledger_raw) + len(entry_raw)  # three tags and the values
-    size = 11 + len(txn_raw) + len(status_raw) + op_size  # header 7 + txn, status 1 + s, op 3 + op
-    return b"".join(
-        (
-            _PREFIXES[size],
-            _HEADS[len(txn_raw)],
-            txn_raw,
-            b"\x10",
-            status_raw,
-            b"\xaa\x06",
-            _BYTE[op_size],
-            b"\x08",
-            status_raw,
-            b"\x10",
-            ledger_raw,
-            b"\x18",
-            entry_raw,
-        )
-    )
+    bookie sends (the tests check it against `encode_response`). EOK, the hot path, from tables."""
+    ids_size = len(ledger_raw) + len(entry_raw)
+    if status_raw is _EOK_RAW:
+        head, middle = _EOK_HEADS[len(txn_raw), ids_size], _EOK_MIDDLES[ids_size]
+    else:
+        head = _reply_head(len(txn_raw), ids_size, len(status_raw))
+        middle = b"\x10%b\xaa\x06%c\x08%b\x10" % (status_raw, 3 + len(status_raw) + ids_size, status_raw)
+    return b"".join((head, txn_raw, middle, ledger_raw, b"\x18", entry_raw))
 
 
 def framed_add_response(txn_id: int, status: int, ledger_id: int, entry_id: int) -> bytes:
