@@ -7,6 +7,8 @@
 #      (BookKeeperAdmin over v3); every ledger read back by the Java client
 #   3. Java's AutoRecoveryMain runs; another bookie is killed -9; once nothing is under-replicated the
 #      Java client reads every ledger back
+#   4. two Java bookies join (a mixed cluster): bkctl's client with --protocol v3 writes and reads on all
+#      five bookies, the Java client reads that ledger and recovers (fences) one bkctl left open
 #   PYTHON (default .venv/bin/python of the main checkout) runs bkctl from this tree.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +17,8 @@ cd "$(dirname "$0")/.."
 py=${PYTHON:-/work/main/.venv/bin/python}
 bk() { "$py" -m bkctl "$@"; }
 work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; sleep 2; rm -rf "$work"' EXIT
+trap 'kill $(jobs -p) 2>/dev/null || true; sleep 3; rm -rf "$work" 2>/dev/null || true' EXIT
+free_port() { "$py" -c 'from bkctl.metadata.zk_server import free_port; print(free_port())'; }
 java_client() { java $JAVA_OPTS_SMALL -Dv2=false -cp "$BKJAVA/client/classes:$BK_CP" BkClientTest "127.0.0.1:$zk_port" "$@" 2>>"$work/java.err"; }
 
 zk_port=$("$py" -c 'from bkctl.metadata.zk_server import free_port; print(free_port())')
@@ -109,6 +112,24 @@ for _ in $(seq 120); do
 done
 echo "autorecovery replaced $victim2 in every ledger: $healed"
 for ledger in "${ledgers[@]}"; do echo "read $ledger after autorecovery: $(java_client read "$ledger" | grep RESULT)"; done
+echo "== 4. Mixed cluster: 2 Java bookies join the 3 bkctl ones; bkctl's client over v3 on all five"
+for n in 1 2; do
+  jport=$(free_port)
+  mkdir -p "$work/java$n"
+  printf 'bookiePort=%s\nadvertisedAddress=127.0.0.1\nallowLoopback=true\nuseHostNameAsBookieID=false\njournalDirectories=%s/journal\nledgerDirectories=%s/ledgers\nmetadataServiceUri=zk+null://127.0.0.1:%s/ledgers\nledgerStorageClass=org.apache.bookkeeper.bookie.InterleavedLedgerStorage\nstatsProviderClass=org.apache.bookkeeper.stats.NullStatsProvider\nhttpServerEnabled=false\n' \
+    "$jport" "$work/java$n" "$work/java$n" "$zk_port" > "$work/java$n/bk.conf"
+  java $JAVA_OPTS_SMALL -cp "$BK_CP" org.apache.bookkeeper.server.Main --conf "$work/java$n/bk.conf" > "$work/java$n.log" 2>&1 &
+  for _ in $(seq 300); do bk bookie list --metadata "$uri" -o plain 2>/dev/null | grep -q ":$jport" && break; sleep 0.2; done
+done
+echo "bookies: $(bk bookie list --metadata "$uri" -o plain | tr '\n' ' ')"
+opts=(-E 5 -Qw 5 -Qa 5 --digest crc32 --password testpasswd --protocol v3 --metadata "$uri" -o json)
+mixed=$(bk ledger write -n 200 "${opts[@]}" | "$py" -c 'import json,sys; print(json.load(sys.stdin)["ledger_id"])')
+count=$(bk ledger read "$mixed" --protocol v3 --password testpasswd --metadata "$uri" -o json | "$py" -c 'import json,sys; print(len(json.load(sys.stdin)))')
+echo "bkctl v3 write 200 to all 5, read back: $count entries; Java client read: $(java_client read "$mixed" | grep RESULT)"
+open_one=$(bk ledger write -n 50 --no-close "${opts[@]}" | "$py" -c 'import json,sys; print(json.load(sys.stdin)["ledger_id"])')
+echo "an open ledger (bkctl writer gone) recovered by the Java client: $(java_client read "$open_one" | grep RESULT)"
+echo "  its metadata after recovery: $(bk ledger inspect "$open_one" --metadata "$uri" -o json | "$py" -c 'import json,sys; d=json.load(sys.stdin); print(d["state"], d["last_entry_id"])')"
+
 echo "autorecovery log: $(grep -c ERROR "$work/autorecovery.log" || true) ERROR lines, the most frequent:"
 grep ERROR "$work/autorecovery.log" | sed 's/^.*ERROR //; s/[0-9]\+/N/g' | sort | uniq -c | sort -rn | head -5 || true
 if [ -n "${KEEP_LOGS:-}" ]; then mkdir -p "$KEEP_LOGS" && cp "$work"/*.log "$work"/*.err "$KEEP_LOGS"/ 2>/dev/null || true; fi
