@@ -1,8 +1,8 @@
 """The bookie's v3 (protobuf) requests: the same storage calls as the v2 path, answered in v3 frames.
 
-A connection's requests are v2 or v3 frame by frame (wire_v3.is_v2_frame); `V3Requests` is made on a
-connection's first v3 frame. Answers follow Java 4.14's processors (BookieRequestProcessor and the
-*ProcessorV3 classes): the response header carries version, operation and txnId; the frame's status and
+A connection's requests are v2 or v3 frame by frame (by the first byte, as wire_v3.is_v2_frame); each
+connection has a `V3Requests` for its v3 frames. Answers follow Java 4.14's processors
+(BookieRequestProcessor and the *ProcessorV3 classes): the response header carries version, operation and txnId; the frame's status and
 the operation message's status are the same; AUTH and unknown operations echo the request's header.
 
 Adds take `wire_v3.match_add` (one regular expression, no protobuf objects) and reply through Storage's
@@ -75,7 +75,8 @@ class V3Requests:
             OperationType.GET_BOOKIE_INFO: self._bookie_info,
             OperationType.GET_LIST_OF_ENTRIES_OF_LEDGER: self._entries_of_ledger,
         }
-        self._polls: dict[int, Any] = {}  # txn id -> timeout call of a waiting long-poll read
+        # Waiting long-poll reads: txn id -> (their timeout call, their LAC watch, ledger id).
+        self._polls: dict[int, tuple[Any, Callable[[], None], int]] = {}
 
     # --- dispatch -------------------------------------------------------------------------------
 
