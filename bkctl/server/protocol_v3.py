@@ -2,8 +2,9 @@
 
 A connection's requests are v2 or v3 frame by frame (by the first byte, as wire_v3.is_v2_frame); each
 connection has a `V3Requests` for its v3 frames. Answers follow Java 4.14's processors
-(BookieRequestProcessor and the *ProcessorV3 classes): the response header carries version, operation and txnId; the frame's status and
-the operation message's status are the same; AUTH and unknown operations echo the request's header.
+(BookieRequestProcessor and the *ProcessorV3 classes): the response header carries version, operation
+and txnId; the frame's status and the operation message's status are the same; AUTH and unknown
+operations echo the request's header.
 
 Adds take `wire_v3.match_add` (one regular expression, no protobuf objects) and reply through Storage's
 on_durable token exactly like v2 adds, answered with the request's raw varints (`add_reply`). Unlike Java:
