@@ -2,7 +2,8 @@
 # v3 interop check against a real Java BookKeeper 4.14.8 (issue 16): bkctl bookies only, Java tools with
 # their DEFAULT wire protocol (v3, protobuf). Not part of the test suite or CI: runs only with BKJAVA set
 # (../shared/tools/java-bookkeeper/README.md builds it). Steps, each printing RESULT lines:
-#   1. BkClientTest -Dv2=false: write-read 1000, fence-test 100, read (a second client)
+#   1. BkClientTest -Dv2=false: write-read 1000, fence-test 100, read (a second client); then
+#      benchmarks/java/V3Ops.java: GET_BOOKIE_INFO, a long-poll read, explicit LAC, force
 #   2. a bookie of ledger 1's ensemble is killed -9; Java's shell `recover -f` copies its fragments
 #      (BookKeeperAdmin over v3); every ledger read back by the Java client
 #   3. Java's AutoRecoveryMain runs; another bookie is killed -9; once nothing is under-replicated the
@@ -83,6 +84,11 @@ kill_bookie() {
   kill -9 "$(pid_of "$1")"
   for _ in $(seq 150); do bk bookie list --metadata "$uri" -o plain | grep -q "$1" || break; sleep 0.2; done
 }
+
+echo "== 1b. Java client, v3: GET_BOOKIE_INFO, long-poll read, WRITE_LAC/READ_LAC, FORCE_LEDGER (benchmarks/java/V3Ops.java)"
+mkdir -p "$work/classes"
+javac -nowarn -d "$work/classes" -cp "$BK_CP" benchmarks/java/V3Ops.java
+java $JAVA_OPTS_SMALL -cp "$work/classes:$BK_CP" V3Ops "127.0.0.1:$zk_port" 2>>"$work/java.err" | grep RESULT
 
 echo "== 2. Java shell recover (BookKeeperAdmin, v3) of a killed bkctl bookie"
 victim=$(ensemble_of "${ledgers[0]}" 0)

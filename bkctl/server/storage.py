@@ -549,6 +549,10 @@ class Storage:
         assert isinstance(info, LedgerInfo)
         info.explicit_lac, info.dirty = bytes(lac_body), True
         self._journal_of(ledger_id).append(jf.encode_explicit_lac(ledger_id, lac_body), token)
+        # As Java's FileInfo.setExplicitLac: the value raises the bookie's LAC and wakes long polls.
+        lac = _ENTRY_LAC.unpack_from(lac_body, _ENTRY_LAC.size)[0]
+        info.lac = max(info.lac, lac)
+        self._lac_advanced(ledger_id, lac)
         return _EOK
 
     def force_ledger(self, ledger_id: int, token: object) -> int:

@@ -60,6 +60,13 @@ async def test_lac_of_the_last_entry_and_watches(tmp_path: Path) -> None:
     assert storage.fence(4, KEY, None) == RC.EOK  # a fence ends every poll
     assert woken == ["a", "b"]
     assert not storage.watch_lac(4, 10, lambda: woken.append("fenced"))
+    # An explicit LAC raises the bookie's LAC and wakes a long poll, as in Java (FileInfo.setExplicitLac).
+    assert storage.watch_lac(5, -1, lambda: woken.append("explicit")) is False  # no such ledger
+    assert storage.write_lac(5, KEY, encode_lac_body(DigestType.CRC32C, 5, 7), None) == RC.EOK
+    assert storage.last_add_confirmed(5) == (RC.EOK, 7)
+    assert storage.watch_lac(5, 7, lambda: woken.append("explicit"))
+    assert storage.write_lac(5, KEY, encode_lac_body(DigestType.CRC32C, 5, 8), None) == RC.EOK
+    assert woken[-1] == "explicit"
     await storage.checkpoint()
     assert storage.last_add_confirmed(4) == (RC.EOK, 2)
     total, free = storage.disk_space()
