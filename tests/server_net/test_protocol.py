@@ -428,9 +428,9 @@ def test_nagle_is_off_unless_configured_on() -> None:
     assert load_config().tcp_no_delay is True
 
 
-def test_oversized_frame_uses_the_configured_limit() -> None:
+def test_oversized_frame_uses_the_configured_limit(dialect: Dialect) -> None:
     proto, transport = connect(MemoryStorage(), frame_size_max=1024)
-    proto.dataReceived(add_frame(1, 0, b"x" * 2000))
+    proto.dataReceived(dialect.add(1, 0, b"x" * 2000))
     assert transport.disconnecting
 
 

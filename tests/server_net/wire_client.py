@@ -1,7 +1,10 @@
-"""A tiny blocking v2 test client built from bkctl.protocol.wire (plain sockets, no Twisted).
+"""A tiny blocking test client built from bkctl.protocol.wire (plain sockets, no Twisted).
 
 Tests and the benchmark use it against live bookies; it pipelines by sending many frames before
-reading replies, and every receive is bounded by the socket timeout.
+reading replies, and every receive is bounded by the socket timeout. With `protocol="v3"` its
+one-call helpers (add, add_many, read, read_many, fence) send v3 requests as a Java client does and
+give the answers back as v2 responses (the v3 status mapped to the v2 code of the same name), so one
+test runs over both protocols.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ def package(ledger_id: int, entry_id: int, payload: bytes, lac: int = -1, length
 
 
 class WireClient:
-    def __init__(self, host: str, port: int, timeout_s: float = 10.0) -> None:
+    def __init__(self, host: str, port: int, timeout_s: float = 10.0, protocol: str = "v2") -> None:
+        self.protocol = protocol
+        self._txn = 0
         self.sock = socket.create_connection((host, port), timeout=timeout_s)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.decoder = wire.FrameDecoder()
@@ -92,31 +97,83 @@ class WireClient:
     def add(
         self, ledger_id: int, entry_id: int, payload: bytes, key: bytes = MASTER_KEY, flags: int = 0
     ) -> wire.AddResponse:
-        self.send_payloads([wire.encode_add_request(package(ledger_id, entry_id, payload), key, flags)])
-        (response,) = self.receive(1)
+        self.send_payloads(
+            [self._add_request(ledger_id, entry_id, package(ledger_id, entry_id, payload), key, flags)]
+        )
+        (response,) = self.replies(1)
         assert isinstance(response, wire.AddResponse)
         return response
 
     def add_many(self, ledger_id: int, payloads: list[bytes], first: int = 0) -> list[wire.Response]:
         requests = [
-            wire.encode_add_request(package(ledger_id, first + i, p), MASTER_KEY)
+            self._add_request(ledger_id, first + i, package(ledger_id, first + i, p), MASTER_KEY, 0)
             for i, p in enumerate(payloads)
         ]
         self.send_payloads(requests)
-        return self.receive(len(requests))
+        return self.replies(len(requests))
 
     def read(self, ledger_id: int, entry_id: int) -> wire.ReadResponse:
-        self.send_payloads([wire.encode_read_request(ledger_id, entry_id)])
-        (response,) = self.receive(1)
-        assert isinstance(response, wire.ReadResponse)
+        (response,) = self.read_many(ledger_id, [entry_id])
         return response
+
+    def read_many(self, ledger_id: int, entry_ids: list[int]) -> list[wire.ReadResponse]:
+        """Pipelined reads, answered in order."""
+        self.send_payloads([self._read_request(ledger_id, e, 0, None) for e in entry_ids])
+        responses = self.replies(len(entry_ids))
+        assert all(isinstance(r, wire.ReadResponse) for r in responses)
+        return responses  # type: ignore[return-value]
 
     def fence(self, ledger_id: int, key: bytes = MASTER_KEY, entry_id: int = -1) -> wire.ReadResponse:
         flags = wire.FLAG_DO_FENCING | wire.FLAG_HIGH_PRIORITY
-        self.send_payloads([wire.encode_read_request(ledger_id, entry_id, flags, key)])
-        (response,) = self.receive(1)
+        self.send_payloads([self._read_request(ledger_id, entry_id, flags, key)])
+        (response,) = self.replies(1)
         assert isinstance(response, wire.ReadResponse)
         return response
+
+    # --- the two protocols ----------------------------------------------------------------------------
+
+    def replies(self, count: int) -> list[wire.Response]:
+        """The next `count` answers as v2 responses, whichever protocol the client speaks."""
+        if self.protocol == "v2":
+            return self.receive(count)
+        out: list[wire.Response] = []
+        for response in self.receive_v3(count):
+            op = response.operation
+            assert op is not None and op.ledger_id is not None and op.entry_id is not None, response
+            rc = int(wire_v3.StatusCode(response.status).to_return_code())
+            if response.header.operation == wire_v3.OperationType.ADD_ENTRY:
+                out.append(wire.AddResponse(3, rc, op.ledger_id, op.entry_id))
+            else:
+                out.append(wire.ReadResponse(3, rc, op.ledger_id, op.entry_id, op.body or b""))
+        return out
+
+    def _next_txn(self) -> int:
+        self._txn += 1
+        return self._txn
+
+    def _add_request(self, ledger_id: int, entry_id: int, body: bytes, key: bytes, flags: int) -> bytes:
+        if self.protocol == "v2":
+            return wire.encode_add_request(body, key, flags)
+        recovery = wire_v3.ADD_FLAG_RECOVERY_ADD if flags & wire.FLAG_RECOVERY_ADD else None
+        op = wire_v3.Operation(
+            "addRequest", ledger_id=ledger_id, entry_id=entry_id, master_key=key, body=body, flag=recovery
+        )
+        priority = wire_v3.HIGH_PRIORITY if flags & wire.FLAG_HIGH_PRIORITY else 0
+        return wire_v3.encode_request(wire_v3.OperationType.ADD_ENTRY, self._next_txn(), op, priority)
+
+    def _read_request(self, ledger_id: int, entry_id: int, flags: int, key: bytes | None) -> bytes:
+        if self.protocol == "v2":
+            return wire.encode_read_request(ledger_id, entry_id, flags, key)
+        fence = flags & wire.FLAG_DO_FENCING
+        op = wire_v3.Operation(
+            "readRequest",
+            ledger_id=ledger_id,
+            entry_id=entry_id,
+            master_key=key if fence else None,
+            flag=wire_v3.READ_FLAG_FENCE_LEDGER if fence else None,
+        )
+        priority = wire_v3.HIGH_PRIORITY if flags & wire.FLAG_HIGH_PRIORITY else 0
+        return wire_v3.encode_request(wire_v3.OperationType.READ_ENTRY, self._next_txn(), op, priority)
 
 
 def bad_length_frame(length: int) -> bytes:
