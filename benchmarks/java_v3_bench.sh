@@ -7,24 +7,10 @@
 #   BKJAVA=/tmp/bkjava BKPERF=/tmp/bkperf benchmarks/java_v3_bench.sh [WINDOW_S] [PAIRS]
 set -uo pipefail
 cd "$(dirname "$0")/.."
-: "${BKJAVA:?set BKJAVA}" "${BKPERF:?set BKPERF}"
-. "$BKJAVA/scripts/env.sh"
+: "${BKPERF:?set BKPERF}"
 window=${1:-20}
 pairs=${2:-2}
-py=${PYTHON:-/work/main/.venv/bin/python}
-work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; sleep 2; rm -rf "$work"' EXIT
-free_port() { "$py" -c 'from bkctl.metadata.zk_server import free_port; print(free_port())'; }
-zk_port=$(free_port)
-printf 'tickTime=1000\ndataDir=%s/zk\nclientPort=%s\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=ruok\n' \
-  "$work" "$zk_port" > "$work/zoo.cfg"
-java -Xmx256m -cp /usr/share/java/zookeeper.jar org.apache.zookeeper.server.ZooKeeperServerMain "$work/zoo.cfg" \
-  > "$work/zk.log" 2>&1 &
-for _ in $(seq 100); do
-  "$py" -c "from bkctl.metadata.zk_server import four_letter_word as w; import sys; sys.exit(w($zk_port, 'ruok') != 'imok')" && break
-  sleep 0.2
-done
-uri="zk://127.0.0.1:$zk_port/ledgers"
+. benchmarks/java_common.sh
 "$py" -m bkctl cluster init --metadata "$uri" > /dev/null
 run=0
 
@@ -40,8 +26,7 @@ bench() {  # bench KIND(bkctl|java) PROTOCOL(v3|v2)
   if [ "$kind" = bkctl ]; then
     "$py" -m bkctl bookie start -p "$port" -j "$dir/journal" -l "$dir/ledgers" --metadata "$uri" > "$dir/log" 2>&1 &
   else
-    printf 'bookiePort=%s\nadvertisedAddress=127.0.0.1\nallowLoopback=true\nuseHostNameAsBookieID=false\njournalDirectories=%s/journal\nledgerDirectories=%s/ledgers\nmetadataServiceUri=zk+null://127.0.0.1:%s/ledgers\nledgerStorageClass=org.apache.bookkeeper.bookie.InterleavedLedgerStorage\nstatsProviderClass=org.apache.bookkeeper.stats.NullStatsProvider\nhttpServerEnabled=false\n' \
-      "$port" "$dir" "$dir" "$zk_port" > "$dir/bk.conf"
+    java_bookie_conf "$port" "$dir" > "$dir/bk.conf"
     java $JAVA_OPTS_SMALL -Xmx1g -cp "$BK_CP" org.apache.bookkeeper.server.Main --conf "$dir/bk.conf" > "$dir/log" 2>&1 &
   fi
   pid=$!

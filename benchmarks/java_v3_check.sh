@@ -13,31 +13,10 @@
 #   PYTHON (default .venv/bin/python of the main checkout) runs bkctl from this tree.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-: "${BKJAVA:?set BKJAVA to a Java BookKeeper build (see ../shared/tools/java-bookkeeper/README.md)}"
-. "$BKJAVA/scripts/env.sh"
-py=${PYTHON:-/work/main/.venv/bin/python}
+. benchmarks/java_common.sh
 bk() { "$py" -m bkctl "$@"; }
-work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; sleep 3; rm -rf "$work" 2>/dev/null || true' EXIT
-free_port() { "$py" -c 'from bkctl.metadata.zk_server import free_port; print(free_port())'; }
 java_client() { java $JAVA_OPTS_SMALL -Dv2=false -cp "$BKJAVA/client/classes:$BK_CP" BkClientTest "127.0.0.1:$zk_port" "$@" 2>>"$work/java.err"; }
 
-zk_port=$("$py" -c 'from bkctl.metadata.zk_server import free_port; print(free_port())')
-cat > "$work/zoo.cfg" <<CFG
-tickTime=1000
-dataDir=$work/zk
-clientPort=$zk_port
-clientPortAddress=127.0.0.1
-admin.enableServer=false
-4lw.commands.whitelist=ruok
-CFG
-java -Xmx256m -cp /usr/share/java/zookeeper.jar org.apache.zookeeper.server.ZooKeeperServerMain "$work/zoo.cfg" \
-  > "$work/zk.log" 2>&1 &
-for _ in $(seq 100); do
-  "$py" -c "from bkctl.metadata.zk_server import four_letter_word as w; import sys; sys.exit(w($zk_port, 'ruok') != 'imok')" && break
-  sleep 0.2
-done
-uri="zk://127.0.0.1:$zk_port/ledgers"
 bk sandbox --processes --no-restart --no-autorecovery --bookies 5 --base-port 0 --data-dir "$work/sb" \
   --metadata "$uri" -o json > "$work/sandbox.json" 2> "$work/sandbox.err" &
 for _ in $(seq 150); do [ -s "$work/sandbox.json" ] && break; sleep 0.2; done
@@ -122,8 +101,7 @@ echo "== 4. Mixed cluster: 2 Java bookies join the 3 bkctl ones; bkctl's client 
 for n in 1 2; do
   jport=$(free_port)
   mkdir -p "$work/java$n"
-  printf 'bookiePort=%s\nadvertisedAddress=127.0.0.1\nallowLoopback=true\nuseHostNameAsBookieID=false\njournalDirectories=%s/journal\nledgerDirectories=%s/ledgers\nmetadataServiceUri=zk+null://127.0.0.1:%s/ledgers\nledgerStorageClass=org.apache.bookkeeper.bookie.InterleavedLedgerStorage\nstatsProviderClass=org.apache.bookkeeper.stats.NullStatsProvider\nhttpServerEnabled=false\n' \
-    "$jport" "$work/java$n" "$work/java$n" "$zk_port" > "$work/java$n/bk.conf"
+  java_bookie_conf "$jport" "$work/java$n" > "$work/java$n/bk.conf"
   java $JAVA_OPTS_SMALL -cp "$BK_CP" org.apache.bookkeeper.server.Main --conf "$work/java$n/bk.conf" > "$work/java$n.log" 2>&1 &
   for _ in $(seq 300); do bk bookie list --metadata "$uri" -o plain 2>/dev/null | grep -q ":$jport" && break; sleep 0.2; done
 done

@@ -221,29 +221,24 @@ class BookieClient:
         """The v3 form of a v2 add or read request: a new txn id, its key, its frame."""
         self._txn_id += 1
         txn_id = self._txn_id
-        priority = wire_v3.HIGH_PRIORITY if request.flags & wire.FLAG_HIGH_PRIORITY else 0
+        flags = request.flags
+        high = bool(flags & wire.FLAG_HIGH_PRIORITY)
         if isinstance(request, wire.AddRequest):
-            recovery = request.flags & wire.FLAG_RECOVERY_ADD
-            op = wire_v3.Operation(
-                "addRequest",
-                ledger_id=request.ledger_id,
-                entry_id=request.entry_id,
-                master_key=request.master_key,
-                body=request.entry,
-                flag=wire_v3.ADD_FLAG_RECOVERY_ADD if recovery else None,
+            payload = wire_v3.encode_add_request(
+                txn_id,
+                request.ledger_id,
+                request.entry_id,
+                request.master_key,
+                request.entry,
+                bool(flags & wire.FLAG_RECOVERY_ADD),
+                high,
             )
-            payload = wire_v3.encode_request(wire_v3.OperationType.ADD_ENTRY, txn_id, op, priority)
         else:
             assert isinstance(request, wire.ReadRequest)
-            fence = request.flags & wire.FLAG_DO_FENCING
-            op = wire_v3.Operation(
-                "readRequest",
-                ledger_id=request.ledger_id,
-                entry_id=request.entry_id,
-                master_key=request.master_key if fence else None,
-                flag=wire_v3.READ_FLAG_FENCE_LEDGER if fence else None,
+            fence_key = request.master_key if flags & wire.FLAG_DO_FENCING else None
+            payload = wire_v3.encode_read_request(
+                txn_id, request.ledger_id, request.entry_id, fence_key, high
             )
-            payload = wire_v3.encode_request(wire_v3.OperationType.READ_ENTRY, txn_id, op, priority)
         return (_V3, txn_id, 0), wire.frame(payload), argument
 
     def _send(self, items: list[Item], on_reply: OnReply) -> None:

@@ -424,6 +424,46 @@ def encode_request(operation: int, txn_id: int, op: Operation, priority: int = 0
     )
 
 
+def encode_add_request(
+    txn_id: int,
+    ledger_id: int,
+    entry_id: int,
+    master_key: bytes,
+    body: bytes,
+    recovery: bool = False,
+    high_priority: bool = False,
+) -> bytes:
+    """An ADD_ENTRY request as Java's client sends it (RECOVERY_ADD flag, priority 100 if high)."""
+    op = Operation(
+        "addRequest",
+        ledger_id=ledger_id,
+        entry_id=entry_id,
+        master_key=master_key,
+        body=body,
+        flag=ADD_FLAG_RECOVERY_ADD if recovery else None,
+    )
+    return encode_request(OperationType.ADD_ENTRY, txn_id, op, HIGH_PRIORITY if high_priority else 0)
+
+
+def encode_read_request(
+    txn_id: int,
+    ledger_id: int,
+    entry_id: int,
+    fence_key: bytes | None = None,
+    high_priority: bool = False,
+) -> bytes:
+    """A READ_ENTRY request as Java's client sends it; with `fence_key` a fencing read (FENCE_LEDGER
+    and the master key)."""
+    op = Operation(
+        "readRequest",
+        ledger_id=ledger_id,
+        entry_id=entry_id,
+        master_key=fence_key,
+        flag=READ_FLAG_FENCE_LEDGER if fence_key is not None else None,
+    )
+    return encode_request(OperationType.READ_ENTRY, txn_id, op, HIGH_PRIORITY if high_priority else 0)
+
+
 def encode_response(operation: int, txn_id: int, status: int, op: Operation | None) -> bytes:
     """A v3 Response payload: header (version, operation, txnId, as every Java processor builds it), the
     frame's status and, unless None, the operation message (whose own status Java sets to the same)."""

@@ -301,28 +301,26 @@ class V3Requests:
 
     def _write_lac(self, request: V3Request, op: Operation) -> None:
         ledger_id = op.ledger_id if op.ledger_id is not None else 0
-        done = self._response(
-            request, _S.EOK, Operation("writeLacResponse", status=_EOK, ledger_id=ledger_id)
-        )
-        token = (self.connection, framed(done))
-        rc = self.storage.write_lac(ledger_id, op.master_key or b"", op.body or b"", token)
-        if rc == _EOK:
-            self.connection.pending += 1
-        else:
-            status = status_of(rc)
-            self._reply(request, status, Operation("writeLacResponse", status=status, ledger_id=ledger_id))
+        journal = partial(self.storage.write_lac, ledger_id, op.master_key or b"", op.body or b"")
+        self._when_durable(request, "writeLacResponse", ledger_id, journal)
 
     def _force_ledger(self, request: V3Request, op: Operation) -> None:
         ledger_id = op.ledger_id if op.ledger_id is not None else 0
-        answer = Operation("forceLedgerResponse", status=_EOK, ledger_id=ledger_id)
-        rc = self.storage.force_ledger(
-            ledger_id, (self.connection, framed(self._response(request, _EOK, answer)))
+        self._when_durable(
+            request, "forceLedgerResponse", ledger_id, partial(self.storage.force_ledger, ledger_id)
         )
+
+    def _when_durable(
+        self, request: V3Request, kind: str, ledger_id: int, journal: Callable[[object], int]
+    ) -> None:
+        """A storage call that answers EOK through the journal (`journal(token)`), or its error now."""
+        done = self._response(request, _S.EOK, Operation(kind, status=_EOK, ledger_id=ledger_id))
+        rc = journal((self.connection, framed(done)))
         if rc == _EOK:
             self.connection.pending += 1
         else:
             status = status_of(rc)
-            self._reply(request, status, Operation("forceLedgerResponse", status=status, ledger_id=ledger_id))
+            self._reply(request, status, Operation(kind, status=status, ledger_id=ledger_id))
 
     def _bookie_info(self, request: V3Request, op: Operation) -> None:
         requested = op.requested or 0

@@ -223,27 +223,19 @@ class V3:
         key: bytes = MASTER_KEY,
         recovery: bool = False,
     ) -> bytes:
-        op = wire_v3.Operation(
-            "addRequest",
-            ledger_id=ledger_id,
-            entry_id=entry_id,
-            master_key=key,
-            body=package(ledger_id, entry_id, payload),
-            flag=wire_v3.ADD_FLAG_RECOVERY_ADD if recovery else None,
+        body = package(ledger_id, entry_id, payload)
+        return wire.frame(
+            wire_v3.encode_add_request(next(self.txn), ledger_id, entry_id, key, body, recovery, recovery)
         )
-        priority = wire_v3.HIGH_PRIORITY if recovery else 0
-        return wire.frame(wire_v3.encode_request(OP.ADD_ENTRY, next(self.txn), op, priority))
 
     def read(self, ledger_id: int, entry_id: int, fence: bool = False, key: bytes | None = None) -> bytes:
-        op = wire_v3.Operation(
-            "readRequest",
-            ledger_id=ledger_id,
-            entry_id=entry_id,
-            master_key=key if fence else None,
-            flag=wire_v3.READ_FLAG_FENCE_LEDGER if fence else None,
+        if fence and key is None:  # a fencing read without the master key (refused: EUA)
+            op = wire_v3.Operation("readRequest", ledger_id=ledger_id, entry_id=entry_id, flag=1)
+            return wire.frame(wire_v3.encode_request(OP.READ_ENTRY, next(self.txn), op))
+        payload = wire_v3.encode_read_request(
+            next(self.txn), ledger_id, entry_id, key if fence else None, fence
         )
-        priority = wire_v3.HIGH_PRIORITY if fence else 0
-        return wire.frame(wire_v3.encode_request(OP.READ_ENTRY, next(self.txn), op, priority))
+        return wire.frame(payload)
 
     def replies(self, transport: CountingTransport) -> list[Reply]:
         out = []

@@ -54,21 +54,14 @@ class WireClient:
 
     def receive(self, count: int) -> list[wire.Response]:
         """The next `count` responses (socket timeout bounds the wait)."""
-        out: list[wire.Response] = []
-        while len(out) < count:
-            if not self._ready:
-                data = self.sock.recv(1 << 16)
-                if not data:
-                    raise ConnectionError(f"bookie closed the connection after {len(out)} of {count} replies")
-                self.decoder.feed(data)
-                self._ready = self.decoder.frames()
-                continue
-            out.append(wire.decode_response(self._ready.pop(0)))
-        return out
+        return [wire.decode_response(p) for p in self._payloads(count)]
 
     def receive_v3(self, count: int) -> list[wire_v3.V3Response]:
         """The next `count` v3 responses (socket timeout bounds the wait)."""
-        out: list[wire_v3.V3Response] = []
+        return [wire_v3.decode_v3_response(p) for p in self._payloads(count)]
+
+    def _payloads(self, count: int) -> list[bytes]:
+        out: list[bytes] = []
         while len(out) < count:
             if not self._ready:
                 data = self.sock.recv(1 << 16)
@@ -77,7 +70,7 @@ class WireClient:
                 self.decoder.feed(data)
                 self._ready = self.decoder.frames()
                 continue
-            out.append(wire_v3.decode_v3_response(self._ready.pop(0)))
+            out.append(self._ready.pop(0))
         return out
 
     def closed_by_peer(self) -> bool:
@@ -154,26 +147,15 @@ class WireClient:
     def _add_request(self, ledger_id: int, entry_id: int, body: bytes, key: bytes, flags: int) -> bytes:
         if self.protocol == "v2":
             return wire.encode_add_request(body, key, flags)
-        recovery = wire_v3.ADD_FLAG_RECOVERY_ADD if flags & wire.FLAG_RECOVERY_ADD else None
-        op = wire_v3.Operation(
-            "addRequest", ledger_id=ledger_id, entry_id=entry_id, master_key=key, body=body, flag=recovery
-        )
-        priority = wire_v3.HIGH_PRIORITY if flags & wire.FLAG_HIGH_PRIORITY else 0
-        return wire_v3.encode_request(wire_v3.OperationType.ADD_ENTRY, self._next_txn(), op, priority)
+        recovery, high = bool(flags & wire.FLAG_RECOVERY_ADD), bool(flags & wire.FLAG_HIGH_PRIORITY)
+        return wire_v3.encode_add_request(self._next_txn(), ledger_id, entry_id, key, body, recovery, high)
 
     def _read_request(self, ledger_id: int, entry_id: int, flags: int, key: bytes | None) -> bytes:
         if self.protocol == "v2":
             return wire.encode_read_request(ledger_id, entry_id, flags, key)
-        fence = flags & wire.FLAG_DO_FENCING
-        op = wire_v3.Operation(
-            "readRequest",
-            ledger_id=ledger_id,
-            entry_id=entry_id,
-            master_key=key if fence else None,
-            flag=wire_v3.READ_FLAG_FENCE_LEDGER if fence else None,
-        )
-        priority = wire_v3.HIGH_PRIORITY if flags & wire.FLAG_HIGH_PRIORITY else 0
-        return wire_v3.encode_request(wire_v3.OperationType.READ_ENTRY, self._next_txn(), op, priority)
+        fence_key = key if flags & wire.FLAG_DO_FENCING else None
+        high = bool(flags & wire.FLAG_HIGH_PRIORITY)
+        return wire_v3.encode_read_request(self._next_txn(), ledger_id, entry_id, fence_key, high)
 
 
 def bad_length_frame(length: int) -> bytes:
