@@ -100,6 +100,15 @@ def _root(
         bool,
         typer.Option("--tls-hostname-verification", help="The bookie's certificate must name its host."),
     ] = False,
+    protocol: Annotated[
+        str | None,
+        typer.Option(
+            "--protocol",
+            help="Bookie wire protocol of every client command below: v2 (default) or v3 "
+            "(same as the command's own --protocol; env BKCTL_PROTOCOL).",
+            show_default=False,
+        ),
+    ] = None,
     version: Annotated[
         bool,
         typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
@@ -121,6 +130,10 @@ def _root(
         tls.ENV_HOSTNAME_VERIFICATION: "1" if tls_hostname_verification else None,
     }
     os.environ.update({name: str(value) for name, value in tls_env.items() if value is not None})
+    if protocol is not None:
+        if protocol.lower() not in ("v2", "v3"):
+            raise typer.BadParameter(f"{protocol!r} is not v2 or v3", param_hint="'--protocol'")
+        os.environ["BKCTL_PROTOCOL"] = protocol.lower()
     level = logging.WARNING - 10 * min(verbose, 2)
     logging.basicConfig(
         level=level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

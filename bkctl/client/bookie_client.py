@@ -1,4 +1,8 @@
-"""One pipelined v2 connection per bookie: request timeouts, ordered completion, bounded reconnect backoff.
+"""One pipelined connection per bookie: request timeouts, ordered completion, bounded reconnect backoff.
+
+v2 is the default wire protocol; `protocol="v3"` speaks v3 (protobuf), for bookies that allow only v3
+(Java's default). In v3 every request gets a transaction id and replies are matched by it (`_V3` keys);
+the callers' API is the same: add frames are built as v2 by the ledger and re-encoded per request.
 
 v2 frames carry no transaction id, so a reply is matched to its request by (opcode, ledger id, entry id).
 A bookie answers requests with the same key in the order it got them on one connection, so each key has
@@ -37,7 +41,7 @@ from bkctl.client.start_tls import ClientUpgrade
 from bkctl.errors import ProtocolError, TimeoutError_, UnavailableError, UsageError
 from bkctl.model import BookieId
 from bkctl.netio import write_now
-from bkctl.protocol import wire
+from bkctl.protocol import wire, wire_v3
 from bkctl.tls import TlsSettings
 
 log = logging.getLogger(__name__)
@@ -66,6 +70,8 @@ _REPLY_HEAD_SIZE = _REPLY_HEAD.size
 _ADD_REPLY_SIZE = _REPLY_HEAD_SIZE - wire.LENGTH_PREFIX_SIZE
 _FRAME_MIN = wire.HEADER_SIZE
 _FRAME_MAX = limits.FRAME_SIZE_MAX
+_V3 = -3  # the first item of a v3 request's key: (_V3, txn id, 0)
+PROTOCOLS = ("v2", "v3")
 
 
 # Add flags: a writer's, and recovery's (accepted by a fenced bookie), shared by the ledger handle and
@@ -162,10 +168,16 @@ class BookieClient:
         requests_max: int = limits.CLIENT_REQUESTS_PER_BOOKIE_MAX,
         address: tuple[str, int] | None = None,
         resolver: Resolver | None = None,
+        protocol: str = "v2",
         tls: TlsSettings | None = None,
     ) -> None:
+        if protocol not in PROTOCOLS:
+            raise UsageError(f"wire protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
         self.bookie_id = bookie_id
         self._tls = tls  # every new connection sends START_TLS first (bkctl/tls.py)
+        self.protocol = protocol
+        self._v3 = protocol == "v3"
+        self._txn_id = 0
         self._reactor = reactor
         self._timeout_s = request_timeout_ms / 1000.0
         self._connect_timeout_s = connect_timeout_ms / 1000.0
@@ -203,12 +215,17 @@ class BookieClient:
     ) -> None:
         """ADD_ENTRY of a packaged entry; `cb(rc, b"")`."""
         framed = wire.frame(wire.encode_add_request(entry, master_key, flags))
-        self._send([((_ADD, ledger_id, entry_id), framed, cb)], _call)
+        self.send_adds([((_ADD, ledger_id, entry_id), framed, cb)], _call)
 
     def send_adds(self, items: list[Item], on_reply: OnReply) -> None:
         """ADD_ENTRY requests already framed (length prefix included), keys from `add_key`;
         `on_reply(argument, rc, b"")` for each. The frames are written as they are, so one item can go
         to several bookies."""
+        if self._v3:
+            items = [
+                self._v3_item(wire.decode_request(framed[wire.LENGTH_PREFIX_SIZE :]), a)
+                for _, framed, a in items
+            ]
         self._send(items, on_reply)
 
     def read(
@@ -216,8 +233,36 @@ class BookieClient:
     ) -> None:
         """READ_ENTRY; `cb(rc, stored entry)`. Entry -1 asks for the bookie's last entry."""
         key = master_key if flags & wire.FLAG_DO_FENCING else None
+        request = wire.ReadRequest(wire.PROTOCOL_VERSION, flags, ledger_id, entry_id, key)
+        if self._v3:
+            self._send([self._v3_item(request, cb)], _call)
+            return
         payload = wire.encode_read_request(ledger_id, entry_id, flags, key)
         self._send([((_READ, ledger_id, entry_id), wire.frame(payload), cb)], _call)
+
+    def _v3_item(self, request: wire.Request, argument: Any) -> Item:
+        """The v3 form of a v2 add or read request: a new txn id, its key, its frame."""
+        self._txn_id += 1
+        txn_id = self._txn_id
+        flags = request.flags
+        high = bool(flags & wire.FLAG_HIGH_PRIORITY)
+        if isinstance(request, wire.AddRequest):
+            payload = wire_v3.encode_add_request(
+                txn_id,
+                request.ledger_id,
+                request.entry_id,
+                request.master_key,
+                request.entry,
+                bool(flags & wire.FLAG_RECOVERY_ADD),
+                high,
+            )
+        else:
+            assert isinstance(request, wire.ReadRequest)
+            fence_key = request.master_key if flags & wire.FLAG_DO_FENCING else None
+            payload = wire_v3.encode_read_request(
+                txn_id, request.ledger_id, request.entry_id, fence_key, high
+            )
+        return (_V3, txn_id, 0), wire.frame(payload), argument
 
     def _send(self, items: list[Item], on_reply: OnReply) -> None:
         refused = self._refused(len(items))
@@ -275,6 +320,9 @@ class BookieClient:
     def _data_received(self, connection: _Connection, data: bytes) -> None:
         if connection is not self._connection:
             return
+        if self._v3:
+            self._data_received_v3(connection, data)
+            return
         buffer = self._buffer
         buffer += data
         end = len(buffer)
@@ -317,6 +365,34 @@ class BookieClient:
             del buffer[:position]
         timeline = self._timeline
         while timeline and timeline[0][0] is None:  # answered: nothing left to time out
+            timeline.popleft()
+
+    def _data_received_v3(self, connection: _Connection, data: bytes) -> None:
+        """v3 replies: each is matched to its request by txn id; its status becomes the v2 code."""
+        buffer = self._buffer
+        buffer += data
+        position = 0
+        try:
+            while len(buffer) - position >= wire.LENGTH_PREFIX_SIZE:
+                (size,) = wire.FRAME_LENGTH.unpack_from(buffer, position)
+                if not 1 <= size <= _FRAME_MAX:
+                    raise ProtocolError(f"reply frame length {size} is not 1..{_FRAME_MAX}")
+                start = position + wire.LENGTH_PREFIX_SIZE
+                if len(buffer) - start < size:
+                    break
+                position = start + size
+                response = wire_v3.decode_v3_response(bytes(buffer[start:position]))
+                body = response.operation.body if response.operation is not None else None
+                self._answer((_V3, response.header.txn_id, 0), _rc_of(response.status), body or b"")
+        except ProtocolError as exc:
+            log.warning("bookie %s: bad v3 reply stream, dropping the connection: %s", self.bookie_id, exc)
+            position = len(buffer)
+            if connection.socket is not None:
+                connection.socket.abortConnection()
+        if position:
+            del buffer[:position]
+        timeline = self._timeline
+        while timeline and timeline[0][0] is None:
             timeline.popleft()
 
     def _reply(self, response: wire.Response) -> None:
@@ -514,6 +590,14 @@ class BookieClient:
         return done
 
 
+def _rc_of(status: int) -> int:
+    """The v2 return code of a v3 status (one the client does not know is an I/O error)."""
+    try:
+        return int(wire_v3.StatusCode(status).to_return_code())
+    except ValueError:
+        return int(wire.ReturnCode.EIO)
+
+
 def _address(bookie_id: str) -> tuple[str, int] | None:
     """The id as an address when it is host:port (a name is only reachable through its registration)."""
     try:
@@ -527,10 +611,18 @@ class BookieClients:
     """The pool: one BookieClient per bookie id, all sharing one reactor and one set of options."""
 
     def __init__(
-        self, reactor: Any, resolver: Resolver | None = None, tls: TlsSettings | None = None, **options: int
+        self,
+        reactor: Any,
+        resolver: Resolver | None = None,
+        protocol: str = "v2",
+        tls: TlsSettings | None = None,
+        **options: int,
     ) -> None:
+        if protocol not in PROTOCOLS:
+            raise UsageError(f"wire protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
         self._reactor = reactor
         self._resolver = resolver
+        self.protocol = protocol
         self._tls = tls
         self._options: dict[str, Any] = options  # BookieClient's int keywords
         self._clients: dict[str, BookieClient] = {}
@@ -540,7 +632,12 @@ class BookieClients:
         client = self._clients.get(bookie_id)
         if client is None:
             client = BookieClient(
-                bookie_id, self._reactor, **self._options, resolver=self._resolver, tls=self._tls
+                bookie_id,
+                self._reactor,
+                **self._options,
+                resolver=self._resolver,
+                protocol=self.protocol,
+                tls=self._tls,
             )
             if self._closed:
                 client.close()

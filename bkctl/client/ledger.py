@@ -664,6 +664,7 @@ class Client:
         rng: random.Random | None = None,
         bookies: BookieClients | None = None,
         recovery_reads_in_flight: int = limits.CLIENT_RECOVERY_READS_IN_FLIGHT,
+        protocol: str = "v2",
         tls: TlsSettings | None = None,
         recovery_password: bytes = b"",
         recovery_digest: DigestType = DigestType.CRC32,
@@ -678,7 +679,8 @@ class Client:
         self.rng = rng or random.Random()
         if bookies is None:
             tls = tls or client_settings_from_env(os.environ)  # `bkctl --tls ...` (cli.py)
-            bookies = BookieClients(reactor, self._registered_address, tls, **bookie_options)
+            # protocol: the bookies' wire protocol, "v2" (default) or "v3" (BookieClients).
+            bookies = BookieClients(reactor, self._registered_address, protocol, tls, **bookie_options)
         self.bookies = bookies
         # Recovery reads kept in flight past the LAC; 1 reproduces a one-at-a-time reader's frames.
         self.recovery_reads_in_flight = recovery_reads_in_flight

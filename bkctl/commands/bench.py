@@ -23,6 +23,7 @@ from bkctl.commands.ledger_options import (
     DigestName,
     DigestOption,
     EnsembleOption,
+    ProtocolOption,
     TimeoutOption,
     WriteQuorumOption,
 )
@@ -111,6 +112,7 @@ def bench_write(
     ack_quorum: AckQuorumOption = 2,
     digest: DigestOption = DigestName.crc32c,
     timeout_ms: TimeoutOption = None,
+    protocol: ProtocolOption = None,
     metadata: MetadataOption = None,
     output: OutputOption = None,
 ) -> None:
@@ -136,7 +138,7 @@ def bench_write(
             "ack_quorum": ack_quorum,
         }
 
-    _print(run_client(metadata, work, request_timeout_ms=timeout_ms), fmt)
+    _print(run_client(metadata, work, request_timeout_ms=timeout_ms, protocol=protocol), fmt)
 
 
 class _WriteLoad:
@@ -228,6 +230,7 @@ def bench_read(
         ),
     ] = None,
     timeout_ms: TimeoutOption = None,
+    protocol: ProtocolOption = None,
     metadata: MetadataOption = None,
     output: OutputOption = None,
 ) -> None:
@@ -244,7 +247,7 @@ def bench_read(
         size = lh.length // (lh.last_add_confirmed + 1)
         return _document("read", recorder, size, outstanding, duration) | {"ledgers": [lh.ledger_id]}
 
-    _print(run_client(metadata, work, request_timeout_ms=timeout_ms), fmt)
+    _print(run_client(metadata, work, request_timeout_ms=timeout_ms, protocol=protocol), fmt)
 
 
 async def _ledger_to_read(

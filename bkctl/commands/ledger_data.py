@@ -22,6 +22,7 @@ from bkctl.commands.ledger_options import (
     DigestOption,
     EnsembleOption,
     PasswordOption,
+    ProtocolOption,
     TimeoutOption,
     WriteQuorumOption,
     admin_password,
@@ -116,6 +117,7 @@ def ledger_read(
     as_text: Annotated[bool, typer.Option("--as-text", help="Payloads as UTF-8 text, not base64.")] = False,
     password: AdminPasswordOption = None,
     timeout_ms: TimeoutOption = None,
+    protocol: ProtocolOption = None,
     metadata: MetadataOption = None,
     output: OutputOption = None,
 ) -> None:
@@ -157,7 +159,7 @@ def ledger_read(
         await _in_thread(emit, _with_progress(_stream(lh, first, end), ledger_id, first, end))
         return 0
 
-    failed = run_client(metadata, work, request_timeout_ms=timeout_ms)
+    failed = run_client(metadata, work, request_timeout_ms=timeout_ms, protocol=protocol)
     if failed:
         raise ProblemsFound(f"{failed} entries could not be read from bookie {bookie}")
 
@@ -260,6 +262,7 @@ def ledger_fence(
     ledger_id: LedgerIdArgument,
     password: AdminPasswordOption = None,
     timeout_ms: TimeoutOption = None,
+    protocol: ProtocolOption = None,
     metadata: MetadataOption = None,
     output: OutputOption = None,
 ) -> None:
@@ -286,7 +289,7 @@ def ledger_fence(
         }
         return document, was_closed
 
-    document, was_closed = run_client(metadata, work, request_timeout_ms=timeout_ms)
+    document, was_closed = run_client(metadata, work, request_timeout_ms=timeout_ms, protocol=protocol)
     write_mapping(document, fmt)
     if was_closed:
         raise LedgerClosedError(f"ledger {ledger_id} was already closed (nothing fenced)")

@@ -65,6 +65,23 @@ TimeoutOption = Annotated[
     ),
 ]
 
+
+class WireProtocol(StrEnum):
+    v2 = "v2"
+    v3 = "v3"
+
+
+ProtocolOption = Annotated[
+    WireProtocol | None,
+    typer.Option(
+        "--protocol",
+        envvar="BKCTL_PROTOCOL",
+        case_sensitive=False,
+        help="Bookie wire protocol: v2 (default) or v3 (protobuf, Java's default; env BKCTL_PROTOCOL).",
+        show_default=False,
+    ),
+]
+
 TEMPLATE_DEFAULT = "L{ledger}-E{entry}"
 FILLER = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 

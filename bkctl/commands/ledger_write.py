@@ -27,6 +27,7 @@ from bkctl.commands.ledger_options import (
     DigestOption,
     EnsembleOption,
     PasswordOption,
+    ProtocolOption,
     TimeoutOption,
     WriteQuorumOption,
     check_template,
@@ -73,6 +74,7 @@ def ledger_write(
     digest: DigestOption = DigestName.crc32c,
     password: PasswordOption = "",
     timeout_ms: TimeoutOption = None,
+    protocol: ProtocolOption = None,
     metadata: MetadataOption = None,
     output: OutputOption = None,
 ) -> None:
@@ -111,7 +113,7 @@ def ledger_write(
                 return await ended_early(client, lh, exc, close=False)
         return write_document(lh, closed=not no_close), None
 
-    document, error = run_client(metadata, work, request_timeout_ms=timeout_ms)
+    document, error = run_client(metadata, work, request_timeout_ms=timeout_ms, protocol=protocol)
     write_mapping(document, fmt)
     if error is not None:
         raise error

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import signal
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -65,18 +66,24 @@ def freeze_heap() -> None:
 
 
 def run_client(
-    metadata: str | None, work: Callable[[Client], Awaitable[T]], *, request_timeout_ms: int | None = None
+    metadata: str | None,
+    work: Callable[[Client], Awaitable[T]],
+    *,
+    request_timeout_ms: int | None = None,
+    protocol: str | None = None,
 ) -> T:
-    """Open the cluster named by `metadata`, run `work(client)` on the reactor, close the client."""
+    """Open the cluster named by `metadata`, run `work(client)` on the reactor, close the client.
+    `protocol`: the bookies' wire protocol, else $BKCTL_PROTOCOL (the root --protocol), else v2."""
     from bkctl.client.ledger import Client
 
+    wire_protocol = protocol or os.environ.get("BKCTL_PROTOCOL") or "v2"
     options: dict[str, int] = {}
     if request_timeout_ms is not None:
         options["request_timeout_ms"] = request_timeout_ms
     with open_layout(metadata) as layout:
 
         async def main(reactor: Any) -> T:
-            client = Client(layout, reactor, **options)  # type: ignore[arg-type]
+            client = Client(layout, reactor, protocol=wire_protocol, **options)  # type: ignore[arg-type]
             freeze_heap()
             try:
                 return await work(client)

@@ -1,6 +1,8 @@
-"""BookKeeper v3 (protobuf) frames: decoded far enough to describe them, and encoded for the one v3
-exchange bkctl speaks (GET_LIST_OF_ENTRIES_OF_LEDGER, asked by `bkctl audit --online`, answered by the
-bookie) plus the EBADREQ answer a bkctl bookie gives any other v3 request.
+"""BookKeeper v3 (protobuf) frames: every request and response of the 4.14 protocol, decoded and encoded.
+
+The bookie answers v3 (server/protocol_v3.py) and the client speaks it with `--protocol v3`. Encoding
+writes fields in field-number order, as Java's generated code does, so what we send is byte-for-byte what
+a Java bookie or client sends for the same values (tests/test_wire_v3.py checks this on a capture).
 
 A v3 payload is a `Request` or `Response` message of BookkeeperProtocol.proto: a BKPacketHeader
 (version, operation, txnId, priority), for responses a status, and one operation message in the field
@@ -13,6 +15,8 @@ byte below 8 (that would be field number 0), so the first byte decides without t
 
 from __future__ import annotations
 
+import re
+import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from enum import IntEnum, unique
@@ -25,6 +29,7 @@ from bkctl.protocol.protobuf import (
     as_signed64,
     bytes_field,
     encode_fields,
+    encode_varint,
     expect_bytes,
     expect_int,
     expect_text,
@@ -77,6 +82,9 @@ class StatusCode(IntEnum):
 READ_FLAG_FENCE_LEDGER: Final = 1
 READ_FLAG_ENTRY_PIGGYBACK: Final = 2
 ADD_FLAG_RECOVERY_ADD: Final = 1
+WRITE_FLAG_DEFERRED_SYNC: Final = 1  # AddRequest.writeFlags: ack before the journal's fsync
+HIGH_PRIORITY: Final = 100  # BKPacketHeader.priority of Java's recovery reads and adds
+AUTH_DISABLED_PLUGIN: Final = "AuthDisabledPlugin"
 BOOKIE_INFO_TOTAL_DISK_CAPACITY: Final = 0x1
 BOOKIE_INFO_FREE_DISK_SPACE: Final = 0x2
 
@@ -357,35 +365,148 @@ def _check_frame_size(payload: bytes | bytearray | memoryview) -> None:
 
 # --- encoding -----------------------------------------------------------------------------------------
 
+# OperationType -> (request field number, response field number, request kind, response kind).
+_OPS_BY_TYPE: Final[Mapping[int, tuple[int, str, str]]] = {
+    OperationType.READ_ENTRY: (100, "readRequest", "readResponse"),
+    OperationType.ADD_ENTRY: (101, "addRequest", "addResponse"),
+    OperationType.AUTH: (102, "authRequest", "authResponse"),
+    OperationType.WRITE_LAC: (103, "writeLacRequest", "writeLacResponse"),
+    OperationType.READ_LAC: (104, "readLacRequest", "readLacResponse"),
+    OperationType.GET_BOOKIE_INFO: (105, "getBookieInfoRequest", "getBookieInfoResponse"),
+    OperationType.START_TLS: (106, "startTLSRequest", "startTLSResponse"),
+    OperationType.FORCE_LEDGER: (107, "forceLedgerRequest", "forceLedgerResponse"),
+    OperationType.GET_LIST_OF_ENTRIES_OF_LEDGER: (
+        108,
+        "getListOfEntriesOfLedgerRequest",
+        "getListOfEntriesOfLedgerResponse",
+    ),
+}
 
-def _header(operation: int, txn_id: int, version: int = VERSION_THREE) -> Field:
+
+_REQUEST_FIELD_BY_KIND: Final = {kind: number for number, (kind, _) in _REQUEST_OPS.items()}
+
+
+def _in_number_order(schema: Mapping[int, tuple[str, _Reader]]) -> tuple[tuple[int, str], ...]:
+    return tuple((number, schema[number][0]) for number in sorted(schema))
+
+
+# kind -> its fields as (field number, Operation attribute), in the order Java writes them.
+_LAYOUTS: Final[Mapping[str, tuple[tuple[int, str], ...]]] = {
+    kind: _in_number_order(schema) for kind, schema in (*_REQUEST_OPS.values(), *_RESPONSE_OPS.values())
+}
+
+
+def _header(operation: int, txn_id: int, version: int = VERSION_THREE, priority: int = 0) -> Field:
+    """A BKPacketHeader; priority only when set, as Java's client sets it only on high-priority requests."""
     parts = [varint_field(1, version), varint_field(2, operation), varint_field(3, txn_id)]
+    if priority:
+        parts.append(varint_field(4, priority))
     return bytes_field(_HEADER_FIELD, encode_fields(parts))
+
+
+def encode_operation(op: Operation) -> bytes:
+    """The operation message alone: the fields of `op` that are not None, in field-number order."""
+    parts: list[Field] = []
+    for number, name in _LAYOUTS[op.kind]:
+        value = getattr(op, name)
+        if value is None:
+            continue
+        parts.append(varint_field(number, value) if isinstance(value, int) else bytes_field(number, value))
+    return encode_fields(parts)
+
+
+def encode_request(operation: int, txn_id: int, op: Operation, priority: int = 0) -> bytes:
+    """A v3 Request payload (no length prefix): header and the operation message `op`, in the field its
+    kind names (so a test can send a header that disagrees with its message)."""
+    number = _REQUEST_FIELD_BY_KIND[op.kind]
+    return encode_fields(
+        [_header(operation, txn_id, priority=priority), bytes_field(number, encode_operation(op))]
+    )
+
+
+def encode_add_request(
+    txn_id: int,
+    ledger_id: int,
+    entry_id: int,
+    master_key: bytes,
+    body: bytes,
+    recovery: bool = False,
+    high_priority: bool = False,
+) -> bytes:
+    """An ADD_ENTRY request as Java's client sends it (RECOVERY_ADD flag, priority 100 if high)."""
+    op = Operation(
+        "addRequest",
+        ledger_id=ledger_id,
+        entry_id=entry_id,
+        master_key=master_key,
+        body=body,
+        flag=ADD_FLAG_RECOVERY_ADD if recovery else None,
+    )
+    return encode_request(OperationType.ADD_ENTRY, txn_id, op, HIGH_PRIORITY if high_priority else 0)
+
+
+def encode_read_request(
+    txn_id: int,
+    ledger_id: int,
+    entry_id: int,
+    fence_key: bytes | None = None,
+    high_priority: bool = False,
+) -> bytes:
+    """A READ_ENTRY request as Java's client sends it; with `fence_key` a fencing read (FENCE_LEDGER
+    and the master key)."""
+    op = Operation(
+        "readRequest",
+        ledger_id=ledger_id,
+        entry_id=entry_id,
+        master_key=fence_key,
+        flag=READ_FLAG_FENCE_LEDGER if fence_key is not None else None,
+    )
+    return encode_request(OperationType.READ_ENTRY, txn_id, op, HIGH_PRIORITY if high_priority else 0)
+
+
+def encode_response(operation: int, txn_id: int, status: int, op: Operation | None) -> bytes:
+    """A v3 Response payload: header (version, operation, txnId, as every Java processor builds it), the
+    frame's status and, unless None, the operation message (whose own status Java sets to the same)."""
+    parts = [_header(operation, txn_id), varint_field(_STATUS_FIELD, status)]
+    if op is not None:
+        parts.append(bytes_field(_OPS_BY_TYPE[operation][0], encode_operation(op)))
+    return encode_fields(parts)
+
+
+def request_kind(operation: int) -> str | None:
+    """The Request field name of an operation type (None: not a 4.14 operation)."""
+    entry = _OPS_BY_TYPE.get(operation)
+    return None if entry is None else entry[1]
+
+
+def response_kind(operation: int) -> str:
+    return _OPS_BY_TYPE[operation][2]
 
 
 def encode_entries_of_ledger_request(txn_id: int, ledger_id: int) -> bytes:
     """A GET_LIST_OF_ENTRIES_OF_LEDGER request payload (no length prefix)."""
-    op = encode_fields([varint_field(1, ledger_id)])
-    header = _header(OperationType.GET_LIST_OF_ENTRIES_OF_LEDGER, txn_id)
-    return encode_fields([header, bytes_field(_ENTRIES_OF_LEDGER_FIELD, op)])
+    op = Operation("getListOfEntriesOfLedgerRequest", ledger_id=ledger_id)
+    return encode_request(OperationType.GET_LIST_OF_ENTRIES_OF_LEDGER, txn_id, op)
 
 
 def encode_entries_of_ledger_response(txn_id: int, status: int, ledger_id: int, availability: bytes) -> bytes:
     """Its response: the status twice (frame and operation, as Java sets both) and, when EOK, the
     AvailabilityOfEntriesOfLedger bytes (protocol/entry_availability.py)."""
-    parts = [varint_field(1, status), varint_field(2, ledger_id)]
-    if status == StatusCode.EOK:
-        parts.append(bytes_field(3, availability))
-    header = _header(OperationType.GET_LIST_OF_ENTRIES_OF_LEDGER, txn_id)
-    op = bytes_field(_ENTRIES_OF_LEDGER_FIELD, encode_fields(parts))
-    return encode_fields([header, varint_field(_STATUS_FIELD, status), op])
+    body = availability if status == StatusCode.EOK else None
+    op = Operation("getListOfEntriesOfLedgerResponse", status=status, ledger_id=ledger_id, body=body)
+    return encode_response(OperationType.GET_LIST_OF_ENTRIES_OF_LEDGER, txn_id, status, op)
 
 
-def encode_status_response(request: V3Request, status: int) -> bytes:
-    """A response with the request's header and a status only: how a bkctl bookie refuses a v3 request
-    it does not serve (EBADREQ), so a v3 client fails at once instead of waiting for its timeout."""
+def encode_status_response(request: V3Request, status: int, op: Operation | None = None) -> bytes:
+    """A response echoing the request's header (priority included, as Java's `setHeader(r.getHeader())`
+    does for AUTH and unknown operations) with a status and an optional operation message."""
     header = request.header
-    parts = [_header(header.operation, header.txn_id, header.version), varint_field(_STATUS_FIELD, status)]
+    parts = [
+        _header(header.operation, header.txn_id, header.version, header.priority),
+        varint_field(_STATUS_FIELD, status),
+    ]
+    if op is not None:
+        parts.append(bytes_field(_OPS_BY_TYPE[header.operation][0], encode_operation(op)))
     return encode_fields(parts)
 
 
@@ -407,3 +528,99 @@ def encode_start_tls_response(txn_id: int, status: int) -> bytes:
     if status == StatusCode.EOK:
         parts.append(bytes_field(_START_TLS_FIELD, b""))
     return encode_fields(parts)
+
+
+# --- the add fast path ----------------------------------------------------------------------------------
+#
+# Most frames a bookie sees are adds. Java's client writes an add request as: header (version 3, ADD_ENTRY,
+# txnId, maybe priority), then addRequest (ledgerId, entryId, masterKey of 20 bytes, body, maybe
+# writeFlags, maybe flag). `match_add` recognises exactly that shape with one regular expression (one C
+# call) and hands back the raw varint bytes of txnId, ledgerId and entryId: the EOK reply is made of them
+# (`add_reply`), nothing is decoded or encoded but the lengths. The ids the bookie stores under are the
+# entry's own (its first 16 bytes), as in Java's Bookie.addEntry. Anything else is None and takes the
+# general decoder, with the same answer.
+
+_V: Final = rb"[\x80-\xff]{0,9}[\x00-\x7f]"  # one varint
+_ADD_SHAPE: Final = re.compile(
+    rb"\x0a([\x00-\x7f])\x08\x03\x10\x02\x18(" + _V + rb")(?:\x20" + _V + rb")?"
+    rb"\xaa\x06(" + _V + rb")\x08(" + _V + rb")\x10(" + _V + rb")\x1a\x14(.{20})\x22(" + _V + rb")",
+    re.DOTALL,
+)
+# What may follow the body: writeFlags (5), then flag (100).
+_ADD_TAIL: Final = re.compile(rb"(?:\x28" + _V + rb")?(?:\xa0\x06(" + _V + rb"))?")
+_ADD_PREFIX: Final = struct.Struct(">i")
+_EOK_RAW: Final = b"\x00"  # status EOK as a varint (compared by identity: the default argument)
+
+
+# (txn id, ledger id, entry id as raw varints; master key; body start, body end; RECOVERY_ADD flag set)
+AddMatch = tuple[bytes, bytes, bytes, bytes, int, int, bool]
+
+
+def _small_varint(raw: bytes) -> int:
+    size = len(raw)
+    if size == 1:
+        return raw[0]
+    if size == 2:  # a 1 KiB body's length
+        return raw[0] & 0x7F | raw[1] << 7
+    value = 0
+    for shift, byte in enumerate(raw):
+        value |= (byte & 0x7F) << (7 * shift)
+    return value
+
+
+def match_add(payload: bytes | bytearray, start: int, end: int) -> AddMatch | None:
+    """A Java-shaped v3 add request in payload[start:end] (see above), or None."""
+    m = _ADD_SHAPE.match(payload, start, end)
+    if m is None:
+        return None  # not an add, or an add of another shape
+    header_size, txn_raw, op_size, ledger_raw, entry_raw, master_key, body_size = m.groups()
+    body_start = m.end()
+    # The two lengths, inline for the usual 1-2 byte varints (this runs once per add).
+    if len(body_size) == 2:
+        body_end = body_start + (body_size[0] & 0x7F | body_size[1] << 7)
+    else:
+        body_end = body_start + _small_varint(body_size)
+    op_end = m.end(3) + (op_size[0] & 0x7F | op_size[1] << 7 if len(op_size) == 2 else _small_varint(op_size))
+    if (
+        op_end != end  # the addRequest runs to the frame's end
+        or header_size[0] != m.start(3) - 4 - start  # the header's length covers its fields
+        or body_end > end
+        or body_end - body_start < 16  # shorter than an entry's ids: the general path refuses it
+    ):
+        return None
+    if body_end == end:
+        return txn_raw, ledger_raw, entry_raw, master_key, body_start, body_end, False
+    tail = _ADD_TAIL.match(payload, body_end, end)
+    if tail is None or tail.end() != end:
+        return None
+    return txn_raw, ledger_raw, entry_raw, master_key, body_start, body_end, tail.group(1) == b"\x01"
+
+
+def _reply_head(txn_size: int, ids_size: int, status_size: int = 1) -> bytes:
+    """An add response up to its txn id: length prefix, header tag, size and its fixed fields."""
+    size = 11 + txn_size + status_size + 3 + status_size + ids_size  # header, status, operation message
+    return _ADD_PREFIX.pack(size) + b"\x0a%c\x08\x03\x10\x02\x18" % (5 + txn_size)
+
+
+# The EOK reply's fixed parts by varint sizes (txn id: 1-10 bytes, ledger + entry ids: 2-20 bytes).
+_EOK_HEADS: Final = {(t, n): _reply_head(t, n) for t in range(1, 11) for n in range(2, 21)}
+_EOK_MIDDLES: Final = {n: b"\x10\x00\xaa\x06%c\x08\x00\x10" % (4 + n) for n in range(2, 21)}
+
+
+def add_reply(txn_raw: bytes, ledger_raw: bytes, entry_raw: bytes, status_raw: bytes = _EOK_RAW) -> bytes:
+    """A length-prefixed ADD_ENTRY response from the request's raw varints: byte-for-byte what a Java
+    bookie sends (the tests check it against `encode_response`). EOK, the hot path, from tables."""
+    ids_size = len(ledger_raw) + len(entry_raw)
+    if status_raw is _EOK_RAW:
+        head, middle = _EOK_HEADS[len(txn_raw), ids_size], _EOK_MIDDLES[ids_size]
+    else:
+        head = _reply_head(len(txn_raw), ids_size, len(status_raw))
+        middle = b"\x10%b\xaa\x06%c\x08%b\x10" % (status_raw, 3 + len(status_raw) + ids_size, status_raw)
+    return b"".join((head, txn_raw, middle, ledger_raw, b"\x18", entry_raw))
+
+
+def framed_add_response(txn_id: int, status: int, ledger_id: int, entry_id: int) -> bytes:
+    """`add_reply` from values (the general path's adds and every refusal)."""
+    return add_reply(
+        encode_varint(txn_id), encode_varint(ledger_id), encode_varint(entry_id), encode_varint(status)
+    )

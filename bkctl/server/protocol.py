@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import logging
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Final, Protocol
 
 from twisted.internet import protocol
@@ -32,6 +34,7 @@ from bkctl.errors import ProtocolError
 from bkctl.netio import write_now
 from bkctl.protocol import wire, wire_v3
 from bkctl.server import start_tls
+from bkctl.server.protocol_v3 import LateReply, V3Requests
 
 log = logging.getLogger("bkctl.bookie")
 
@@ -49,6 +52,7 @@ _ADD_ENTRY_OFFSET: Final = wire.LENGTH_PREFIX_SIZE + wire.HEADER_SIZE + limits.M
 _ADD_V2_HEADER_HIGH: Final = wire.pack_header(wire.PROTOCOL_VERSION, wire.OpCode.ADD_ENTRY, 0) >> 16
 _RECOVERY_ADD: Final = int(wire.FLAG_RECOVERY_ADD)
 _FRAME_SIZE_MIN: Final = wire.HEADER_SIZE
+_V2_VERSION_MAX: Final = wire.PROTOCOL_VERSION_MAX  # a higher first byte is a v3 (protobuf) frame
 # A framed add reply in one pack: length prefix, header, rc, ledger id, entry id.
 _FRAMED_ADD_RESPONSE: Final = struct.Struct(">iIiqq")
 _ADD_V2_RESPONSE_HEADER: Final = wire.pack_header(wire.PROTOCOL_VERSION, wire.OpCode.ADD_ENTRY, 0)
@@ -73,6 +77,23 @@ class StorageApi(Protocol):
 
     def entry_availability(self, ledger_id: int) -> Deferred[tuple[int, bytes]]: ...
 
+    # The v3 operations (server/protocol_v3.py).
+    def explicit_lac(self, ledger_id: int) -> bytes | None: ...
+
+    def is_fenced(self, ledger_id: int) -> bool: ...
+
+    def write_lac(self, ledger_id: int, master_key: bytes, lac_body: bytes, token: object) -> int: ...
+
+    def force_ledger(self, ledger_id: int, token: object) -> int: ...
+
+    def last_add_confirmed(self, ledger_id: int) -> tuple[int, int]: ...
+
+    def watch_lac(self, ledger_id: int, previous_lac: int, notify: Callable[[], None]) -> bool: ...
+
+    def unwatch_lac(self, ledger_id: int, notify: Callable[[], None]) -> None: ...
+
+    def disk_space(self) -> tuple[int, int]: ...
+
 
 @dataclass
 class NetworkMetrics:
@@ -89,29 +110,20 @@ class NetworkMetrics:
     tls_required_refusals: int = 0  # requests answered EUA before START_TLS (tlsRequired)
 
 
-class _FencingRead:
-    """Token of a fencing read: answered with the read once the fence record is durable."""
-
-    __slots__ = ("request",)
-
-    def __init__(self, request: wire.ReadRequest) -> None:
-        self.request = request
-
-
 def deliver_durable(tokens: list[object]) -> None:
     """Storage's `on_durable`: one write per connection per fsync batch, replies in journal order."""
     by_connection: dict[BookieProtocol, list[bytes]] = {}
     for token in tokens:
         connection: BookieProtocol
-        reply: bytes | _FencingRead
+        reply: bytes | LateReply
         connection, reply = token  # type: ignore[misc]
         replies = by_connection.get(connection)
         if replies is None:
             replies = by_connection[connection] = []
-        if isinstance(reply, _FencingRead):
-            replies.append(connection.fencing_read_reply(reply.request))
+        if type(reply) is LateReply:
+            replies.append(reply.make())  # a fencing read: the entry is read now the fence is durable
         else:
-            replies.append(reply)
+            replies.append(reply)  # type: ignore[arg-type]
     for connection, replies in by_connection.items():
         connection.durable(replies)
 
@@ -152,6 +164,7 @@ class BookieProtocol(protocol.Protocol):
         self.tls_state: str | None = None  # set by START_TLS (server/start_tls.py)
         self._unprotected = factory.tls_required  # tlsRequired, before the handshake: see _frames
         self._transport: Any = None  # the ITransport, untyped: zope interfaces and mypy do not mix
+        self._v3 = V3Requests(self)  # v3 (protobuf) frames: server/protocol_v3.py
 
     # --- connection life ------------------------------------------------------------------------
 
@@ -172,6 +185,7 @@ class BookieProtocol(protocol.Protocol):
         self.connected = False
         self.factory.connection_lost(self)
         start_tls.connection_lost(self, reason)
+        self._v3.close()
         # Replies of adds still in the journal are dropped in `durable` (self.connected is 0 now).
 
     def handshakeCompleted(self) -> None:
@@ -242,6 +256,7 @@ class BookieProtocol(protocol.Protocol):
         pack = _FRAMED_ADD_RESPONSE.pack
         reply_size = wire.RESPONSE_FIXED_SIZE
         unprotected = self._unprotected  # only a handshake, never this loop, clears it
+        v3_frame = self._v3.frame
         problem = None
         try:
             while end - position >= wire.LENGTH_PREFIX_SIZE:
@@ -273,19 +288,27 @@ class BookieProtocol(protocol.Protocol):
                         self.pending += 1
                     else:
                         self._out.append(pack(reply_size, _ADD_V2_RESPONSE_HEADER, rc, ledger_id, entry_id))
-                else:
+                elif buffer[start + wire.LENGTH_PREFIX_SIZE] <= _V2_VERSION_MAX:
                     self._handle(bytes(buffer[start + wire.LENGTH_PREFIX_SIZE : position]))
+                else:
+                    v3_frame(buffer, start + wire.LENGTH_PREFIX_SIZE, position)
         finally:
             if position:
                 # Deleting from the front of a bytearray only moves its start pointer: no copy of the rest.
                 del buffer[:position]
         return problem
 
+    def queue(self, reply: bytes) -> None:
+        """A framed reply, written with the others at the end of this `dataReceived`."""
+        self._out.append(reply)
+
+    def start_tls(self, request: wire_v3.V3Request, size: int) -> None:
+        """START_TLS (v3; `size`: the request's payload bytes): server/start_tls.py answers EOK and starts
+        the handshake, or EBADREQ as Java's bookie does without TLS configured."""
+        start_tls.answer(self, request, size)
+
     def _handle(self, payload: bytes) -> None:
-        """Any request but a well-formed version 2 add (those are handled in `_frames`)."""
-        if not wire_v3.is_v2_frame(payload):
-            self._handle_v3(payload)
-            return
+        """Any version 2 request but a well-formed add (those are handled in `_frames`)."""
         try:
             request = wire.decode_request(payload)
         except ProtocolError as exc:
@@ -304,34 +327,6 @@ class BookieProtocol(protocol.Protocol):
         else:
             self.factory.metrics.bad_requests += 1
             self._out.append(framed(wire.encode_error_response(request, _EBADREQ)))
-
-    def _handle_v3(self, payload: bytes) -> None:
-        """A v3 (protobuf) request: GET_LIST_OF_ENTRIES_OF_LEDGER is served (the auditor's replicas check,
-        `bkctl audit --online`); any other gets EBADREQ at once. A frame that is not a v3 request closes
-        the connection, as an undecodable v2 header does."""
-        try:
-            request = wire_v3.decode_v3_request(payload)
-        except ProtocolError as exc:
-            raise ProtocolError(f"undecodable v3 request: {exc}") from None
-        if request.header.operation == wire_v3.OperationType.START_TLS:
-            start_tls.answer(self, request, len(payload))
-            return
-        operation = request.operation
-        wanted = wire_v3.OperationType.GET_LIST_OF_ENTRIES_OF_LEDGER
-        if request.header.operation != wanted or operation is None or operation.ledger_id is None:
-            self.factory.metrics.bad_requests += 1
-            self._out.append(framed(wire_v3.encode_status_response(request, wire_v3.StatusCode.EBADREQ)))
-            return
-        ledger_id, txn_id = operation.ledger_id, request.header.txn_id
-        answer = self.storage.entry_availability(ledger_id)
-        answer.addCallback(self._send_availability, txn_id, ledger_id)
-
-    def _send_availability(self, answer: tuple[int, bytes], txn_id: int, ledger_id: int) -> None:
-        rc, body = answer
-        status = wire_v3.StatusCode[wire.ReturnCode(rc).name]
-        if self.connected:
-            reply = wire_v3.encode_entries_of_ledger_response(txn_id, status, ledger_id, body)
-            write_now(self._transport, [framed(reply)])
 
     def _add(self, request: wire.AddRequest) -> None:
         ledger_id, entry_id = request.ledger_id, request.entry_id
@@ -357,7 +352,8 @@ class BookieProtocol(protocol.Protocol):
             # Fencing without a key (a version 0/1 client) cannot prove it may fence: EUA, like Java.
             self._out.append(self._read_reply(request, _EUA, b""))
             return
-        rc = self.storage.fence(request.ledger_id, request.master_key, (self, _FencingRead(request)))
+        late = LateReply(partial(self.fencing_read_reply, request))
+        rc = self.storage.fence(request.ledger_id, request.master_key, (self, late))
         if rc == _EOK:
             self.pending += 1
         else:
@@ -467,7 +463,13 @@ class BookieFactory(protocol.Factory):
         tcp_no_delay: bool = True,
         tls_context: object | None = None,
         tls_required: bool = False,
+        reactor: Any = None,
     ) -> None:
+        if reactor is None:
+            from twisted.internet import reactor as default_reactor
+
+            reactor = default_reactor
+        self.reactor = reactor  # long-poll reads' timeouts
         self.storage = storage
         self.tls_context = tls_context  # bkctl.tls.ContextFactory; None: START_TLS answered EBADREQ
         self.tls_required = tls_required  # only START_TLS and AUTH before the handshake

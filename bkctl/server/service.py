@@ -411,3 +411,28 @@ class _NotReady:
 
     def entry_availability(self, *args: object) -> Deferred[tuple[int, bytes]]:
         raise AssertionError("bookie not ready")
+
+    # The v3 operations' (server/protocol_v3.py), never called either.
+    def explicit_lac(self, *args: object) -> bytes | None:
+        raise AssertionError("bookie not ready")
+
+    def is_fenced(self, *args: object) -> bool:
+        raise AssertionError("bookie not ready")
+
+    def write_lac(self, *args: object) -> int:
+        raise AssertionError("bookie not ready")
+
+    def force_ledger(self, *args: object) -> int:
+        raise AssertionError("bookie not ready")
+
+    def last_add_confirmed(self, *args: object) -> tuple[int, int]:
+        raise AssertionError("bookie not ready")
+
+    def watch_lac(self, *args: object) -> bool:
+        raise AssertionError("bookie not ready")
+
+    def unwatch_lac(self, *args: object) -> None:
+        raise AssertionError("bookie not ready")
+
+    def disk_space(self) -> tuple[int, int]:
+        raise AssertionError("bookie not ready")

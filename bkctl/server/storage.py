@@ -52,6 +52,7 @@ log = logging.getLogger("bkctl.bookie")
 
 MiB: Final = 1024 * 1024
 _KEY: Final = struct.Struct(">qq")
+_ENTRY_LAC: Final = struct.Struct(">q")  # a packaged entry's LAC, after its ledger and entry ids
 _EOK: Final = int(ReturnCode.EOK)
 _EBADREQ: Final = int(ReturnCode.EBADREQ)
 _ENTRY_ID_MAX: Final = limits.ENTRY_ID_MAX
@@ -158,6 +159,9 @@ class LedgerInfo:
     # Journal position just past this ledger's fence record; once the journal is durable that far, a
     # fencing read is answered at once, as Java does. (-1, 0): fenced before this run (replay, index).
     fence_mark: Mark = (-1, 0)
+    # The LAC carried by the entry `lac_of` (the last one, when it was asked for): see last_add_confirmed.
+    lac: int = -1
+    lac_of: int = -1
 
     def header(self) -> ixf.IndexHeader:
         version = ixf.V1 if self.explicit_lac is not None else self.index_version
@@ -224,6 +228,8 @@ class Storage:
         self._replay_runs = ReplayRuns(self._writer, self._stored_sample)
         self._read_digests = DigestChecker()  # each ledger's digest type, inferred from its stored entries
         self._unverifiable: set[int] = set()  # ledgers whose entries match no CRC: MAC or DUMMY
+        # Long-poll reads (v3) waiting for a ledger's LAC to pass a value: ledger id -> [(value, notify)].
+        self._lac_watchers: dict[int, list[tuple[int, Callable[[], None]]]] = {}
         self._checkpoint_base_bytes = max(1, int(config.write_cache_max_bytes * CHECKPOINT_AT_FRACTION))
         self._checkpoint_at_bytes = self._next_checkpoint_at()
 
@@ -412,6 +418,8 @@ class Storage:
             info.last_entry_id = entry_id
         journals = self._journals  # _journal_of, inline
         journals[ledger_id % len(journals)].append(entry, token)
+        if self._lac_watchers and ledger_id in self._lac_watchers:
+            self._lac_advanced(ledger_id, _ENTRY_LAC.unpack_from(entry, _KEY.size)[0])
         metrics = self.metrics
         metrics.adds += 1
         metrics.bytes_written += size
@@ -483,25 +491,35 @@ class Storage:
             return self.metrics.error(_EIO)
         if len(master_key) > limits.MASTER_KEY_SIZE_MAX:
             return self.metrics.error(_EBADREQ)
-        try:
-            info = self._ledger(ledger_id)
-        except CorruptDataError as exc:
-            log.error("fence ledger %d: %s", ledger_id, exc)
-            return self.metrics.error(_EIO)
-        if info is None:
-            info = self._new_ledger(ledger_id, master_key)
-        elif info.master_key != master_key:
-            return self.metrics.error(_EUA)
+        info = self._keyed_ledger(ledger_id, master_key, "fence ledger")
+        if type(info) is int:
+            return info
+        assert isinstance(info, LedgerInfo)
         journal = self._journal_of(ledger_id)
         if not info.fenced:
             info.fenced = info.dirty = True
             journal.append(jf.encode_fence(ledger_id), token)
             info.fence_mark = journal.mark
+            self._lac_advanced(ledger_id, None)  # long polls end on a fence, as in Java
         elif journal.durable_mark >= info.fence_mark:
             self._on_durable([token])  # already fenced durably: recovery reads need not wait an fsync
         else:
             journal.append_token(token)  # the fence record's own fsync is still to come
         return _EOK
+
+    def _keyed_ledger(self, ledger_id: int, master_key: bytes, what: str) -> LedgerInfo | int:
+        """The ledger for a request that proves its key (a ledger not seen yet is made with it, as Java
+        does), or the error code: EUA for another key, EIO for an unreadable index."""
+        try:
+            info = self._ledger(ledger_id)
+        except CorruptDataError as exc:
+            log.error("%s %d: %s", what, ledger_id, exc)
+            return self.metrics.error(_EIO)
+        if info is None:
+            return self._new_ledger(ledger_id, master_key)
+        if info.master_key != master_key:
+            return self.metrics.error(_EUA)
+        return info
 
     def explicit_lac(self, ledger_id: int) -> bytes | None:
         """The last explicit-LAC body journaled for the ledger (restored by replay), or None."""
@@ -511,6 +529,108 @@ class Storage:
     def is_fenced(self, ledger_id: int) -> bool:
         info = self._ledger_or_none(ledger_id)
         return info is not None and info.fenced
+
+    # --- LAC: explicit LAC, force, long polls (the v3 operations) ----------------------------------
+
+    def write_lac(self, ledger_id: int, master_key: bytes, lac_body: bytes, token: object) -> int:
+        """WRITE_LAC: journal the explicit LAC body (EOK; `token` goes to on_durable once it is durable)
+        or refuse now: EREADONLY like Java's read-only bookie, EUA for another key, EIO."""
+        if self._stopping is not None or self._manual_read_only or self._disk_full:
+            return self.metrics.error(_EREADONLY)
+        if self._journal_broken:
+            return self.metrics.error(_EIO)
+        # The body is the writer's (ledger id, LAC, digest): too short or of another ledger, the index
+        # header could not hold it.
+        size_ok = ixf.EXPLICIT_LAC_SIZE_MIN <= len(lac_body) <= limits.EXPLICIT_LAC_SIZE_MAX
+        if (
+            not size_ok
+            or _KEY.unpack_from(lac_body)[0] != ledger_id
+            or len(master_key) > _MASTER_KEY_SIZE_MAX
+        ):
+            return self.metrics.error(_EBADREQ)
+        info = self._keyed_ledger(ledger_id, master_key, "write LAC of ledger")
+        if type(info) is int:
+            return info
+        assert isinstance(info, LedgerInfo)
+        info.explicit_lac, info.dirty = bytes(lac_body), True
+        self._journal_of(ledger_id).append(jf.encode_explicit_lac(ledger_id, lac_body), token)
+        # As Java's FileInfo.setExplicitLac: the value raises the bookie's LAC and wakes long polls.
+        lac = _ENTRY_LAC.unpack_from(lac_body, _ENTRY_LAC.size)[0]
+        info.lac = max(info.lac, lac)
+        self._lac_advanced(ledger_id, lac)
+        return _EOK
+
+    def force_ledger(self, ledger_id: int, token: object) -> int:
+        """FORCE_LEDGER: `token` goes to on_durable after the ledger's journal next fsyncs (EOK), or EIO."""
+        if self._journal_broken:
+            return self.metrics.error(_EIO)
+        self._journal_of(ledger_id).append_token(token)
+        return _EOK
+
+    def last_add_confirmed(self, ledger_id: int) -> tuple[int, int]:
+        """(EOK, LAC) as Java's readLastAddConfirmed: the LAC the ledger's last entry here carries (-1
+        without entries); (ENOLEDGER | EIO, -1). Cached until a newer last entry arrives."""
+        try:
+            info = self._ledger(ledger_id)
+        except CorruptDataError as exc:
+            log.error("LAC of ledger %d: %s", ledger_id, exc)
+            return self.metrics.error(_EIO), -1
+        if info is None:
+            return _ENOLEDGER, -1
+        last = info.last_entry_id
+        if last >= 0 and info.lac_of != last:
+            rc, data = self.read(ledger_id, last)
+            if rc != _EOK:
+                return rc, -1
+            info.lac, info.lac_of = max(info.lac, _ENTRY_LAC.unpack_from(data, _KEY.size)[0]), last
+        return _EOK, info.lac
+
+    def watch_lac(self, ledger_id: int, previous_lac: int, notify: Callable[[], None]) -> bool:
+        """A long-poll read: False when the ledger's LAC is already past `previous_lac` or it is fenced
+        (answer now); else True and `notify()` is called once, when an add carries a higher LAC or the
+        ledger is fenced, unless `unwatch_lac` comes first."""
+        rc, lac = self.last_add_confirmed(ledger_id)
+        if rc != _EOK or lac > previous_lac or self.is_fenced(ledger_id):
+            return False
+        self._lac_watchers.setdefault(ledger_id, []).append((previous_lac, notify))
+        return True
+
+    def unwatch_lac(self, ledger_id: int, notify: Callable[[], None]) -> None:
+        watchers = self._lac_watchers.get(ledger_id)
+        if watchers is None:
+            return
+        watchers[:] = [w for w in watchers if w[1] is not notify]
+        if not watchers:
+            del self._lac_watchers[ledger_id]
+
+    def _lac_advanced(self, ledger_id: int, lac: int | None) -> None:
+        """An add carried `lac` (None: the ledger was fenced): wake the long polls it answers."""
+        watchers = self._lac_watchers.get(ledger_id)
+        if watchers is None:
+            return
+        woken = [w for w in watchers if lac is None or lac > w[0]]
+        if not woken:
+            return
+        remaining = [w for w in watchers if w not in woken]
+        if remaining:
+            self._lac_watchers[ledger_id] = remaining
+        else:
+            del self._lac_watchers[ledger_id]
+        for _, notify in woken:
+            notify()
+
+    def disk_space(self) -> tuple[int, int]:
+        """(total, free) bytes of the ledger directories' file systems, each once (GET_BOOKIE_INFO)."""
+        seen: set[int] = set()
+        total = free = 0
+        for directory in self._ledger_currents:
+            device = os.stat(directory).st_dev
+            if device in seen:
+                continue
+            seen.add(device)
+            usage = shutil.disk_usage(directory)
+            total, free = total + usage.total, free + usage.free
+        return total, free
 
     # --- reads ----------------------------------------------------------------------------------
 

@@ -20,6 +20,8 @@ from tests.server_net.live import in_thread, start_bookie
 WAIT_S = 20.0
 # Fast failure detection in tests; production defaults are in bkctl.limits.
 REQUEST_TIMEOUT_MS = 1500
+# The bookies' wire protocol of `Cluster.client()`: tests/client/conftest.py runs each test with both.
+PROTOCOL = "v2"
 
 
 class Cluster:
@@ -50,7 +52,7 @@ class Cluster:
     def client(self, seed: int = 1, **options: int) -> Client:
         assert self.layout is not None
         options.setdefault("request_timeout_ms", REQUEST_TIMEOUT_MS)
-        client = Client(self.layout, reactor, rng=random.Random(seed), **options)
+        client = Client(self.layout, reactor, rng=random.Random(seed), protocol=PROTOCOL, **options)
         self.clients.append(client)
         return client
 

@@ -19,13 +19,17 @@ from bkctl.client.bookie_client import (
     add_key,
     error_for,
 )
-from bkctl.errors import FencedError, TimeoutError_, UnavailableError
+from bkctl.errors import FencedError, TimeoutError_, UnavailableError, UsageError
 from bkctl.model import DigestType
-from bkctl.protocol import wire
+from bkctl.protocol import wire, wire_v3
 from bkctl.protocol.entry import master_key, package_entry
 
 KEY = master_key(b"pw")
 EOK = wire.ReturnCode.EOK
+
+
+# These tests drive BookieClient by hand, the v3 ones at the end (tests/client/conftest.py).
+BOTH_PROTOCOLS = False
 
 
 def entry(ledger_id: int, entry_id: int, payload: bytes = b"x") -> bytes:
@@ -33,9 +37,9 @@ def entry(ledger_id: int, entry_id: int, payload: bytes = b"x") -> bytes:
 
 
 class Harness:
-    def __init__(self, **options: int) -> None:
+    def __init__(self, protocol: str = "v2", **options: int) -> None:
         self.reactor = MemoryReactorClock()
-        self.client = BookieClient("127.0.0.1:3181", self.reactor, **options)
+        self.client = BookieClient("127.0.0.1:3181", self.reactor, protocol=protocol, **options)
         self.results: list[tuple[str, int, bytes]] = []
         self.transport: StringTransport | None = None
 
@@ -251,3 +255,78 @@ def test_addresses_are_looked_up_once_again_after_a_failure_and_a_hung_lookup_fa
     reactor.advance(2)  # the metadata store does not answer within the connect timeout
     assert [c[:2] for c in reactor.tcpClients][-1] == ("127.0.0.1", 4000)  # the last known address
     assert len(lookups) == 2
+
+
+# --- v3 ------------------------------------------------------------------------------------------------
+
+
+def sent_v3(h: Harness) -> list[wire_v3.V3Request]:
+    assert h.transport is not None
+    decoder = wire.FrameDecoder()
+    decoder.feed(h.transport.value())
+    h.transport.clear()
+    return [wire_v3.decode_v3_request(p) for p in decoder.frames()]
+
+
+def v3_reply(request: wire_v3.V3Request, status: int, **fields: Any) -> bytes:
+    operation = request.header.operation
+    op = wire_v3.Operation(wire_v3.response_kind(operation), status=status, **fields)
+    return wire_v3.encode_response(operation, request.header.txn_id, status, op)
+
+
+def test_v3_requests_are_java_shaped_and_replies_match_by_txn_id() -> None:
+    h = Harness("v3")
+    h.client.add(entry(5, 0), KEY, 0, 5, 0, h.cb("a0"))
+    h.client.add(entry(5, 0), KEY, wire.FLAG_RECOVERY_ADD | wire.FLAG_HIGH_PRIORITY, 5, 0, h.cb("a0r"))
+    h.client.read(5, 0, h.cb("r0"))
+    h.client.read(5, -1, h.cb("fence"), wire.FLAG_DO_FENCING | wire.FLAG_HIGH_PRIORITY, KEY)
+    h.accept()
+    add, recovery_add, read, fence = sent_v3(h)
+    assert [r.header.txn_id for r in (add, recovery_add, read, fence)] == [1, 2, 3, 4]
+    assert add.operation == wire_v3.Operation(
+        "addRequest", ledger_id=5, entry_id=0, master_key=KEY, body=entry(5, 0)
+    )
+    assert (recovery_add.header.priority, recovery_add.operation and recovery_add.operation.flag) == (100, 1)
+    assert read.operation == wire_v3.Operation("readRequest", ledger_id=5, entry_id=0)
+    assert fence.operation == wire_v3.Operation(
+        "readRequest", ledger_id=5, entry_id=-1, master_key=KEY, flag=wire_v3.READ_FLAG_FENCE_LEDGER
+    )
+    assert fence.header.priority == wire_v3.HIGH_PRIORITY
+    h.reply(
+        v3_reply(fence, 0, ledger_id=5, entry_id=-1, body=entry(5, 2)),
+        v3_reply(add, wire_v3.StatusCode.EFENCED, ledger_id=5, entry_id=0),
+        wire_v3.encode_status_response(read, wire_v3.StatusCode.EBADREQ),  # no operation message
+        v3_reply(recovery_add, 0, ledger_id=5, entry_id=0),
+    )
+    assert h.results == [
+        ("fence", EOK, entry(5, 2)),
+        ("a0", wire.ReturnCode.EFENCED, b""),
+        ("r0", wire.ReturnCode.EBADREQ, b""),
+        ("a0r", EOK, b""),
+    ]
+    assert h.client.in_flight == 0
+
+
+def test_v3_timeout_late_reply_and_garbage() -> None:
+    h = Harness("v3", request_timeout_ms=1000)
+    h.client.read(5, 0, h.cb("old"))
+    h.accept()
+    (old,) = sent_v3(h)
+    h.reactor.advance(1.1)
+    h.client.read(5, 0, h.cb("new"))
+    h.reactor.advance(0)
+    (new,) = sent_v3(h)
+    h.reply(v3_reply(old, 0, ledger_id=5, entry_id=0, body=b"late"))  # swallowed: "old" timed out
+    h.reply(v3_reply(new, 0, ledger_id=5, entry_id=0, body=b"fresh"))
+    assert h.results == [("old", RC_TIMEOUT, b""), ("new", EOK, b"fresh")]
+    h.client.read(5, 1, h.cb("r"))
+    h.reactor.advance(0)
+    h.proto.dataReceived(wire.frame(b"\x0a\x7f"))  # a response cut short: the stream is dropped
+    assert h.transport is not None and h.transport.disconnecting
+
+
+def test_unknown_protocol_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="v4"):
+        BookieClient("127.0.0.1:3181", MemoryReactorClock(), protocol="v4")
+    with pytest.raises(UsageError):
+        BookieClients(MemoryReactorClock(), protocol="v1")

@@ -5,7 +5,8 @@ the old writer's next add fenced, read back).
 1. Every captured client frame re-encodes byte for byte from its decoded values with the encoders the
    client uses (package_entry + encode_add_request / encode_read_request).
 2. The same scenario run by our Client through recording proxies in front of real bookies sends,
-   connection by connection, exactly the frames the Java client sent.
+   connection by connection, exactly the frames the Java client sent; over v3 (wire/v3-*: ledgers 9
+   and 10) too, but for the txn ids (Java counts them per client, we per connection).
 """
 
 from __future__ import annotations
@@ -19,23 +20,37 @@ from twisted.protocols import portforward
 
 from bkctl.errors import FencedError
 from bkctl.model import DigestType
-from bkctl.protocol import wire
+from bkctl.protocol import wire, wire_v3
 from bkctl.protocol.entry import master_key, package_entry, parse_entry
 from tests.client.cluster import Cluster, bounded
 from tests.conftest import JAVA_WIRE
 from tests.server_net.live import in_thread, twisted_test
 
 CAPTURE = JAVA_WIRE / "v2-protocol-write-read-fence.frames.json"
+CAPTURE_V3 = JAVA_WIRE / "v3-protocol-write-read-fence.frames.json"
 PASSWORD = b"testpasswd"
-# Ensembles from the capture's README: ledger 7 on b1,b2,b4; ledger 8 on b4,b1,b2.
+# Ensembles from the capture's README: ledger 7 on b1,b2,b4; ledger 8 on b4,b1,b2 (v2); ledger 9 on
+# b1,b2,b4; ledger 10 on b4,b2,b1 (v3).
 JAVA_BOOKIES = {"127.0.0.1:33181": "b1", "127.0.0.1:33182": "b2", "127.0.0.1:33184": "b4"}
-ENSEMBLES = {7: ("b1", "b2", "b4"), 8: ("b4", "b1", "b2")}
+ENSEMBLES = {7: ("b1", "b2", "b4"), 8: ("b4", "b1", "b2"), 9: ("b1", "b2", "b4"), 10: ("b4", "b2", "b1")}
+# Per protocol: the capture, the written-and-read ledger, the fenced ledger.
+SCENARIOS = {"v2": (CAPTURE, 7, 8), "v3": (CAPTURE_V3, 9, 10)}
 
 
-def captured_connections() -> list[tuple[str, list[bytes]]]:
+def without_txn_id(payload: bytes) -> bytes:
+    """A v3 request with txn id 0 (a v2 one as it is)."""
+    if wire_v3.is_v2_frame(payload):
+        return payload
+    request = wire_v3.decode_v3_request(payload)
+    assert request.operation is not None
+    header = request.header
+    return wire_v3.encode_request(header.operation, 0, request.operation, header.priority)
+
+
+def captured_connections(capture: Path = CAPTURE) -> list[tuple[str, list[bytes]]]:
     """(bookie name, client->bookie payloads) per captured connection, in capture order."""
     connections = []
-    for conn in json.loads(CAPTURE.read_text()):
+    for conn in json.loads(capture.read_text()):
         frames = [bytes.fromhex(f["frame_hex"]) for f in conn["frames"] if f["dir"] == "client->bookie"]
         connections.append((JAVA_BOOKIES[conn["bookie"]], frames))
     return connections
@@ -95,7 +110,8 @@ def _frames(data: bytes) -> list[bytes]:
 
 
 @twisted_test
-async def test_client_sends_the_java_clients_frames(tmp_path: Path) -> None:
+async def test_client_sends_the_java_clients_frames(tmp_path: Path, client_protocol: str) -> None:
+    capture, written, fenced = SCENARIOS[client_protocol]
     cluster = await Cluster(tmp_path).start(3)
     listeners: list[Any] = []
     try:
@@ -110,47 +126,60 @@ async def test_client_sends_the_java_clients_frames(tmp_path: Path) -> None:
         def ensemble(ledger_id: int) -> list[str]:
             return [proxies[name][0] for name in ENSEMBLES[ledger_id]]
 
-        # Ledger 7: write 10 entries one by one, close, read them back (same client).
+        # Ledger 7 (9): write 10 entries one by one, close, read them back (same client).
         first = cluster.client()
         lh = await bounded(
             first.create_ledger(
-                3, 2, 2, digest=DigestType.CRC32, password=PASSWORD, ledger_id=7, ensemble=ensemble(7)
+                3,
+                2,
+                2,
+                digest=DigestType.CRC32,
+                password=PASSWORD,
+                ledger_id=written,
+                ensemble=ensemble(written),
             )
         )
         for i in range(10):
-            await bounded(lh.add(f"L7-E{i}".encode()))
+            await bounded(lh.add(f"L{written}-E{i}".encode()))
         await bounded(lh.close())
-        reader = await bounded(first.open_ledger(7, PASSWORD))
+        reader = await bounded(first.open_ledger(written, PASSWORD))
         assert [e.payload for e in await bounded(reader.read(0, 9))] == [
-            f"L7-E{i}".encode() for i in range(10)
+            f"L{written}-E{i}".encode() for i in range(10)
         ]
 
-        # Ledger 8: a writer adds 5, another client recovers it, the writer's 6th add is fenced.
+        # Ledger 8 (10): a writer adds 5, another client recovers it, the writer's 6th add is fenced.
         writer = await bounded(
             cluster.client().create_ledger(
-                3, 2, 2, digest=DigestType.CRC32, password=PASSWORD, ledger_id=8, ensemble=ensemble(8)
+                3,
+                2,
+                2,
+                digest=DigestType.CRC32,
+                password=PASSWORD,
+                ledger_id=fenced,
+                ensemble=ensemble(fenced),
             )
         )
         for i in range(5):
-            await bounded(writer.add(f"L8-E{i}".encode()))
+            await bounded(writer.add(f"L{fenced}-E{i}".encode()))
         # Java 4.14's client reads forward one entry at a time: a window of 1 reproduces its frames.
         recovering = cluster.client(recovery_reads_in_flight=1)
-        recovered = await bounded(recovering.open_ledger(8, PASSWORD))
+        recovered = await bounded(recovering.open_ledger(fenced, PASSWORD))
         assert recovered.last_add_confirmed == 4
         try:
-            await bounded(writer.add(b"L8-E5"))
+            await bounded(writer.add(f"L{fenced}-E5".encode()))
             raise AssertionError("the fenced writer got an ack")
         except FencedError:
             pass
         got = await bounded(recovered.read(0, 4))
-        assert [e.payload for e in got] == [f"L8-E{i}".encode() for i in range(5)]
+        assert [e.payload for e in got] == [f"L{fenced}-E{i}".encode() for i in range(5)]
 
         ours: dict[str, list[list[bytes]]] = {
-            name: [_frames(bytes(c)) for c in factory.connections] for name, (_, factory) in proxies.items()
+            name: [[without_txn_id(f) for f in _frames(bytes(c))] for c in factory.connections]
+            for name, (_, factory) in proxies.items()
         }
         expected: dict[str, list[list[bytes]]] = {name: [] for name in proxies}
-        for name, frames in captured_connections():
-            expected[name].append(frames)
+        for name, frames in captured_connections(capture):
+            expected[name].append([without_txn_id(f) for f in frames])
         for name in proxies:
             assert len(ours[name]) == len(expected[name]), name
             for mine, java in zip(ours[name], expected[name], strict=True):

@@ -19,7 +19,7 @@ from bkctl.errors import (
     UsageError,
 )
 from bkctl.model import DigestType, LedgerState
-from bkctl.protocol import wire
+from bkctl.protocol import wire, wire_v3
 from bkctl.protocol.entry import master_key, package_entry
 from tests.client.cluster import Cluster, bounded
 from tests.conftest import StoreTarget
@@ -201,6 +201,12 @@ class _Refusing(Protocol):
     def dataReceived(self, data: bytes) -> None:
         self.decoder.feed(data)
         for payload in self.decoder.frames():
+            if not wire_v3.is_v2_frame(payload):
+                v3 = wire_v3.decode_v3_request(payload)
+                self.transport.write(
+                    wire.frame(wire_v3.encode_status_response(v3, wire_v3.StatusCode.EBADREQ))
+                )
+                continue
             request = wire.decode_request(payload)
             self.transport.write(wire.frame(wire.encode_error_response(request, wire.ReturnCode.EBADREQ)))
 

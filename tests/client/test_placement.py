@@ -12,6 +12,7 @@ from bkctl.client.placement import place_ensemble, replace_bookies
 from bkctl.errors import UnavailableError
 
 BOOKIES = [f"10.0.0.{i}:3181" for i in range(8)]
+BOTH_PROTOCOLS = False  # no bookie connection here (tests/client/conftest.py)
 
 
 def test_distinct_and_seeded() -> None:

@@ -1,5 +1,5 @@
 """A frame fuzzer (hypothesis) against a live bookie process: whatever arrives, every reply is a
-well-formed v2 response, and the bookie keeps serving other clients (and new ones) afterwards."""
+well-formed v2 or v3 response, and the bookie keeps serving other clients (and new ones) afterwards."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bkctl import limits
-from bkctl.protocol import wire
+from bkctl.protocol import wire, wire_v3
 from tests.server_net.live import BookieProcess, metadata_uri
 from tests.server_net.wire_client import MASTER_KEY, WireClient, package
 
@@ -49,7 +49,7 @@ _ids = st.sampled_from([0, 1, 2, -1, -4096, 2**63 - 1, -(2**63)])
 @st.composite
 def requests(draw: st.DrawFn) -> bytes:
     """A frame: mostly plausible requests with a twist, sometimes a lying length prefix."""
-    kind = draw(st.integers(0, 5))
+    kind = draw(st.integers(0, 7))
     if kind == 0:
         payload = draw(st.binary(max_size=120))
     elif kind == 1:  # a valid add with random ids (a body that may not match them)
@@ -66,6 +66,21 @@ def requests(draw: st.DrawFn) -> bytes:
             ">qqqiq", draw(_ids), draw(_ids), 1, draw(st.integers(-5, 100)), draw(st.integers(-1, 10_000))
         )
         payload = header(2, 7, draw(_flags)) + body
+    elif kind >= 6:  # v3: a well-encoded request of any operation with odd values, maybe cut short
+        operation = draw(st.integers(0, 13))
+        op = wire_v3.Operation(
+            wire_v3.request_kind(operation) or "readRequest",
+            ledger_id=draw(st.none() | _ids),
+            entry_id=draw(st.none() | _ids),
+            flag=draw(st.none() | st.integers(0, 3)),
+            master_key=draw(st.none() | st.sampled_from([MASTER_KEY, b""])),
+            body=draw(st.none() | st.sampled_from([package(7, 0, b"v3"), b"short", b""])),
+            previous_lac=draw(st.none() | _ids),
+            timeout_ms=draw(st.none() | st.sampled_from([0, 1, 50])),
+            requested=draw(st.none() | st.integers(0, 3)),
+        )
+        payload = wire_v3.encode_request(7 if operation == 0 else operation, draw(_ids) & (2**64 - 1), op)
+        payload = payload if draw(st.booleans()) else payload[: draw(st.integers(0, len(payload)))]
     else:
         payload = header(draw(_versions), draw(_opcodes), draw(_flags)) + draw(st.binary(max_size=80))
     if draw(st.integers(0, 9)) == 0:
@@ -74,7 +89,7 @@ def requests(draw: st.DrawFn) -> bytes:
     return wire.frame(payload) if payload else struct.pack(">i", 0)
 
 
-def exchange(port: int, data: bytes) -> list[wire.Response]:
+def exchange(port: int, data: bytes) -> list[wire.Response | wire_v3.V3Response]:
     """Send `data`, half-close, read every reply until the bookie closes (bounded by the timeout)."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(data)
@@ -87,7 +102,11 @@ def exchange(port: int, data: bytes) -> list[wire.Response]:
             pass
     decoder = wire.FrameDecoder()
     decoder.feed(received)
-    replies = [wire.decode_response(p) for p in decoder.frames()]  # raises if a reply is malformed
+    # Each reply is v2 or v3 as its request was; decoding raises if one is malformed.
+    replies = [
+        wire.decode_response(p) if wire_v3.is_v2_frame(p) else wire_v3.decode_v3_response(p)
+        for p in decoder.frames()
+    ]
     assert decoder.buffered == 0, "a reply was cut short"
     return replies
 

@@ -34,8 +34,11 @@ from tests.server_net.wire_client import WireClient, package
 EOK = wire.ReturnCode.EOK
 
 
-def client(service: BookieService) -> WireClient:
-    return WireClient("127.0.0.1", service.port)
+def client(service: BookieService, protocol: str = "v2") -> WireClient:
+    return WireClient("127.0.0.1", service.port, protocol=protocol)
+
+
+both_protocols = pytest.mark.parametrize("protocol", ["v2", "v3"])
 
 
 registrations = registrations_of
@@ -48,19 +51,19 @@ async def wait_for(predicate, timeout_s: float = WAIT_S) -> None:  # type: ignor
         await deferLater(reactor, 0.05, lambda: None)
 
 
+@both_protocols
 @twisted_test
-async def test_adds_and_reads_over_a_socket(tmp_path: Path) -> None:
+async def test_adds_and_reads_over_a_socket(tmp_path: Path, protocol: str) -> None:
     service = await start_bookie(tmp_path)
     try:
         payloads = [f"entry-{i}".encode() * (i % 7 + 1) for i in range(300)]
 
         def scenario() -> None:
-            with client(service) as c:
+            with client(service, protocol) as c:
                 got = c.add_many(10, payloads)
                 assert [(r.rc, r.ledger_id, r.entry_id) for r in got] == [(EOK, 10, i) for i in range(300)]
                 # Pipelined reads, including entry -1 (the last entry this bookie has).
-                c.send_payloads([wire.encode_read_request(10, i) for i in (0, 150, 299, -1, 300)])
-                reads = c.receive(5)
+                reads = c.read_many(10, [0, 150, 299, -1, 300])
                 for r, i in zip(reads[:3], (0, 150, 299), strict=True):
                     assert isinstance(r, wire.ReadResponse)
                     assert (r.rc, r.entry) == (EOK, package(10, i, payloads[i]))
@@ -87,14 +90,15 @@ async def test_registration_and_unregistration(tmp_path: Path) -> None:
     assert await in_thread(registrations, uri) == ([], [])
 
 
+@both_protocols
 @twisted_test
-async def test_fence_wrong_key_and_fenced_after_restart(tmp_path: Path) -> None:
+async def test_fence_wrong_key_and_fenced_after_restart(tmp_path: Path, protocol: str) -> None:
     uri = metadata_uri(tmp_path)
     service = await start_bookie(tmp_path, uri=uri, bookieId="127.0.0.1:3999")
     other_key = bytes(20)
 
     def before() -> None:
-        with client(service) as c:
+        with client(service, protocol) as c:
             assert c.add(1, 0, b"a").rc == EOK
             assert c.add(1, 1, b"b", key=other_key).rc == wire.ReturnCode.EUA
             assert c.fence(1, key=other_key).rc == wire.ReturnCode.EUA
@@ -111,7 +115,7 @@ async def test_fence_wrong_key_and_fenced_after_restart(tmp_path: Path) -> None:
     service = await start_bookie(tmp_path, uri=uri, bookieId="127.0.0.1:3999")
 
     def after() -> None:
-        with client(service) as c:
+        with client(service, protocol) as c:
             assert c.add(1, 2, b"c").rc == wire.ReturnCode.EFENCED
             assert c.read(1, 1).entry == package(1, 1, b"b")
             assert c.add(1, 2, b"c", key=other_key).rc == wire.ReturnCode.EUA
@@ -122,20 +126,21 @@ async def test_fence_wrong_key_and_fenced_after_restart(tmp_path: Path) -> None:
         await service.stop()
 
 
+@both_protocols
 @twisted_test
-async def test_read_only_flag_and_runtime_switch(tmp_path: Path) -> None:
+async def test_read_only_flag_and_runtime_switch(tmp_path: Path, protocol: str) -> None:
     uri = metadata_uri(tmp_path)
     service = await start_bookie(tmp_path, uri=uri, forceReadOnlyBookie="true")
     try:
         assert await in_thread(registrations, uri) == ([], [service.bookie_id])
-        with_ro = await in_thread(lambda: client(service).add(1, 0, b"x"))
+        with_ro = await in_thread(lambda: client(service, protocol).add(1, 0, b"x"))
         assert with_ro.rc == wire.ReturnCode.EREADONLY
         await service.set_read_only(False)
         assert await in_thread(registrations, uri) == ([service.bookie_id], [])
-        assert (await in_thread(lambda: client(service).add(1, 0, b"x"))).rc == EOK
+        assert (await in_thread(lambda: client(service, protocol).add(1, 0, b"x"))).rc == EOK
         await service.set_read_only(True)
         assert await in_thread(registrations, uri) == ([], [service.bookie_id])
-        assert (await in_thread(lambda: client(service).read(1, 0))).rc == EOK  # reads still served
+        assert (await in_thread(lambda: client(service, protocol).read(1, 0))).rc == EOK  # reads still served
     finally:
         await service.stop()
 
