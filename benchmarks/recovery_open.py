@@ -28,7 +28,7 @@ from bkctl.metadata.stores import open_store  # noqa: E402
 
 
 async def scenario(reactor: Any, uri: str, confirmed: int, tail: int, size: int) -> dict[str, Any]:
-    from bkctl.client.ledger import Client
+    from bkctl.client.client import Client
 
     store = open_store(uri)
     writer = Client(Layout(store), reactor)

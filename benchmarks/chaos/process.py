@@ -13,7 +13,7 @@ from typing import Any, Protocol
 from twisted.internet import defer, task
 
 from benchmarks.chaos.history import HistoryLog
-from bkctl.client.ledger import Client
+from bkctl.client.client import Client
 from bkctl.metadata.stores import layout_at
 
 

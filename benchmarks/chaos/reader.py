@@ -19,7 +19,7 @@ from twisted.internet import task
 from benchmarks.chaos.history import HistoryLog
 from benchmarks.chaos.payloads import payload
 from benchmarks.chaos.process import run_worker
-from bkctl.client.ledger import Client
+from bkctl.client.client import Client
 
 PASSWORD = b"chaos"
 RANGE_MAX = 300

@@ -18,7 +18,8 @@ from twisted.internet import defer, task
 
 from benchmarks.chaos.history import Facts, check, load
 from benchmarks.chaos.payloads import payload
-from bkctl.client.ledger import Client, LedgerHandle
+from bkctl.client.client import Client
+from bkctl.client.ledger import LedgerHandle
 from bkctl.errors import BkctlError, NotFoundError
 from bkctl.metadata.stores import layout_at
 from bkctl.recovery.bookie_recovery import admin_open

@@ -18,7 +18,8 @@ from twisted.internet import task
 from benchmarks.chaos.history import HistoryLog
 from benchmarks.chaos.payloads import payload
 from benchmarks.chaos.process import run_worker
-from bkctl.client.ledger import Client, LedgerHandle
+from bkctl.client.client import Client
+from bkctl.client.ledger import LedgerHandle
 
 PASSWORD = b"chaos"
 IN_FLIGHT = 64

@@ -1,5 +1,5 @@
-"""Ledgers on Twisted: `Client` (create, open with or without recovery, delete) and `LedgerHandle`
-(add with ordered acks, ensemble change, read, read LAC, close). See docs/client.md.
+"""Ledgers on Twisted: `LedgerHandle` (add with ordered acks, ensemble change, read, read LAC, close), made
+by `client.Client` (create, open with or without recovery, delete). See docs/client.md.
 
 The add path is callbacks over plain objects: one `_Add` per entry (its request item, a bitmask of the
 ensemble indexes that acknowledged it, an optional Deferred or plain callback), kept in entry order. An
@@ -15,16 +15,14 @@ Metadata calls block (SQLite, kazoo), so they run in the reactor's thread pool.
 from __future__ import annotations
 
 import logging
-import os
 import random
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
-from twisted.internet import defer, threads
+from twisted.internet import defer
 from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
@@ -57,7 +55,6 @@ from bkctl.model import DigestType, LedgerMetadata, LedgerState, Segment
 from bkctl.protocol import wire
 from bkctl.protocol.entry import mac_key, master_key
 from bkctl.protocol.quorum import Quorum
-from bkctl.tls import TlsSettings, client_settings_from_env
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -69,6 +66,25 @@ _REQUEST_REFUSED = frozenset({int(wire.ReturnCode.EBADREQ), int(wire.ReturnCode.
 
 
 AddCallback = Callable[[int, "BkctlError | None"], None]
+
+
+class LedgerClient(Protocol):
+    """What a handle uses of the `client.Client` that made it (typed here, so this module imports nothing
+    above it: client.py -> recovery.py -> ledger.py is a line)."""
+
+    @property
+    def layout(self) -> Layout: ...
+    @property
+    def reactor(self) -> Any: ...
+    @property
+    def rng(self) -> random.Random: ...
+    @property
+    def bookies(self) -> BookieClients: ...
+    @property
+    def closing(self) -> bool: ...
+    @property
+    def recovery_reads_in_flight(self) -> int: ...
+    def in_thread(self, function: Callable[..., T], *args: Any) -> Deferred[T]: ...
 
 
 class _Add:
@@ -100,7 +116,7 @@ class LedgerHandle:
 
     def __init__(
         self,
-        client: Client,
+        client: LedgerClient,
         ledger_id: int,
         metadata: LedgerMetadata,
         version: int,
@@ -150,6 +166,11 @@ class LedgerHandle:
         self.metadata = metadata
         self._ensemble = list(metadata.segments[-1].ensemble)
         self._targets = []
+
+    @property
+    def error(self) -> BkctlError | None:
+        """Why the handle stopped taking adds (a failed add or ensemble change), or None."""
+        return self._error
 
     @property
     def is_closed(self) -> bool:
@@ -248,6 +269,11 @@ class LedgerHandle:
                 f"ledger {self.ledger_id}: more than {limits.CLIENT_ADDS_WAITING_MAX} adds waiting to be sent"
             )
         return None
+
+    def start_recovery_at(self, last_add_confirmed: int, length: int) -> None:
+        """Recovery fenced the ledger and found its LAC: `recovery_add` goes on from the next entry."""
+        self.last_add_confirmed = self._last_pushed = last_add_confirmed
+        self.length = self._length_pushed = length
 
     def recovery_add(self, entry: LedgerEntry) -> Deferred[int]:
         """Write back an entry recovery found, with RECOVERY_ADD (accepted by fenced bookies).
@@ -409,7 +435,8 @@ class LedgerHandle:
         waiters, self._drained = self._drained, []
         _release(waiters)
 
-    def _wait_drained(self) -> Deferred[None]:
+    def wait_drained(self) -> Deferred[None]:
+        """Fires when every pending add is acknowledged (or the handle failed: see `error`)."""
         if (not self._pending and not self._changing) or self._error is not None:
             return defer.succeed(None)
         return _wait_on(self._drained)
@@ -580,7 +607,7 @@ class LedgerHandle:
     async def _close(self) -> None:
         if not self.writable or self.is_closed:
             return
-        await self._wait_drained()
+        await self.wait_drained()
         await self.close_metadata(self.last_add_confirmed, self.length)
         # Acknowledged entries may still be on their way to a slow or hung bookie: wait until every copy
         # answered or timed out (the request timeout bounds it), so a copy missed is marked, not lost
@@ -651,187 +678,3 @@ def _as_bkctl_error(exc: BaseException | None) -> BkctlError:
         return exc
     log.error("ledger client: unexpected %r", exc)
     return UnavailableError(f"unexpected client failure: {exc!r}")
-
-
-class Client:
-    """Ledger operations over a metadata Layout and the bookies it lists, on one reactor."""
-
-    def __init__(
-        self,
-        layout: Layout,
-        reactor: Any = None,
-        *,
-        rng: random.Random | None = None,
-        bookies: BookieClients | None = None,
-        recovery_reads_in_flight: int = limits.CLIENT_RECOVERY_READS_IN_FLIGHT,
-        protocol: str = "v2",
-        tls: TlsSettings | None = None,
-        recovery_password: bytes = b"",
-        recovery_digest: DigestType = DigestType.CRC32,
-        **bookie_options: int,
-    ) -> None:
-        if reactor is None:
-            from twisted.internet import reactor as default_reactor
-
-            reactor = default_reactor
-        self.layout = layout
-        self.reactor = reactor
-        self.rng = rng or random.Random()
-        if bookies is None:
-            tls = tls or client_settings_from_env(os.environ)  # `bkctl --tls ...` (cli.py)
-            # protocol: the bookies' wire protocol, "v2" (default) or "v3" (BookieClients).
-            bookies = BookieClients(reactor, self._registered_address, protocol, tls, **bookie_options)
-        self.bookies = bookies
-        # Recovery reads kept in flight past the LAC; 1 reproduces a one-at-a-time reader's frames.
-        self.recovery_reads_in_flight = recovery_reads_in_flight
-        # An administrative open of a ledger whose metadata stores no password uses these (Java's
-        # bookieRecoveryPasswd / bookieRecoveryDigestType client settings).
-        self.recovery_password, self.recovery_digest = recovery_password, recovery_digest
-        self.closing = False
-
-    def in_thread(self, function: Callable[..., T], *args: Any) -> Deferred[T]:
-        """Blocking metadata work, off the reactor thread."""
-        return threads.deferToThreadPool(self.reactor, self.reactor.getThreadPool(), function, *args)
-
-    def close(self) -> Deferred[None]:
-        self.closing = True
-        return self.bookies.close()
-
-    def _registered_address(self, bookie_id: str) -> Deferred[tuple[str, int] | None]:
-        return self.in_thread(self.layout.bookie_rpc_address, bookie_id)
-
-    # --- create -----------------------------------------------------------------------------------
-
-    def create_ledger(
-        self,
-        ensemble_size: int = 3,
-        write_quorum: int = 2,
-        ack_quorum: int = 2,
-        *,
-        digest: DigestType = DigestType.CRC32C,
-        password: bytes = b"",
-        custom_metadata: Sequence[tuple[str, bytes]] = (),
-        ledger_id: int | None = None,
-        ensemble: Sequence[str] | None = None,
-    ) -> Deferred[LedgerHandle]:
-        """A new OPEN ledger on `ensemble_size` random read-write bookies (or the given `ensemble`)."""
-        return defer.ensureDeferred(
-            self._create(
-                ensemble_size,
-                write_quorum,
-                ack_quorum,
-                digest,
-                password,
-                tuple(custom_metadata),
-                ledger_id,
-                ensemble,
-            )
-        )
-
-    async def _create(
-        self,
-        ensemble_size: int,
-        write_quorum: int,
-        ack_quorum: int,
-        digest: DigestType,
-        password: bytes,
-        custom: tuple[tuple[str, bytes], ...],
-        ledger_id: int | None,
-        chosen: Sequence[str] | None,
-    ) -> LedgerHandle:
-        _check_shape(ensemble_size, write_quorum, ack_quorum, password, custom)
-        if chosen is None:
-            available = await self.in_thread(self.layout.bookies)
-            ensemble = placement.place_ensemble(available, ensemble_size, rng=self.rng)
-        elif len(set(chosen)) != ensemble_size or len(chosen) != ensemble_size:
-            raise UsageError(f"ensemble {list(chosen)} is not {ensemble_size} distinct bookies")
-        else:
-            ensemble = list(chosen)
-        metadata = LedgerMetadata(
-            ensemble_size,
-            write_quorum,
-            ack_quorum,
-            (Segment(0, tuple(ensemble)),),
-            digest=digest,
-            password=password,
-            ctime=int(time.time() * 1000),
-            custom_metadata=custom,
-        )
-        created, version = await self.in_thread(self.layout.create_ledger, metadata, ledger_id)
-        await self.bookies.resolve(ensemble)
-        return LedgerHandle(self, created, metadata, version, password, digest, writable=True)
-
-    # --- open -------------------------------------------------------------------------------------
-
-    def open_ledger(
-        self,
-        ledger_id: int,
-        password: bytes | None = b"",
-        *,
-        recovery: bool = True,
-        digest: DigestType | None = None,
-    ) -> Deferred[LedgerHandle]:
-        """A read-only handle. With `recovery` an open ledger is fenced, recovered and closed first;
-        without, the handle reads up to the last add confirmed the bookies report (never fences).
-
-        `password=None` opens administratively, as Java's BookKeeperAdmin.openLedger: with the password
-        and digest the metadata stores (format v3 stores them), else with the client's
-        `recovery_password` and `recovery_digest` ("" and CRC32 by default, as Java's
-        bookieRecoveryPasswd / bookieRecoveryDigestType). A given password must match a stored one
-        (UnauthorizedError, exit 9)."""
-        return defer.ensureDeferred(self._open(ledger_id, password, recovery, digest))
-
-    async def _open(
-        self, ledger_id: int, password: bytes | None, recovery: bool, digest: DigestType | None
-    ) -> LedgerHandle:
-        versioned = await self.in_thread(self.layout.read_ledger, ledger_id)
-        md = versioned.value
-        administrative_default = password is None and md.password is None
-        fallback = DigestType.CRC32
-        if password is None:
-            password = self.recovery_password if md.password is None else md.password
-            fallback = self.recovery_digest
-        elif md.password is not None and md.password != password:
-            raise UnauthorizedError(f"ledger {ledger_id}: wrong password")
-        chosen = md.digest or digest or fallback
-        if digest is not None and md.digest is not None and digest is not md.digest:
-            raise UnauthorizedError(f"ledger {ledger_id}: digest is {md.digest.name}, not {digest.name}")
-        await self.bookies.resolve(sorted({b for segment in md.segments for b in segment.ensemble}))
-        handle = LedgerHandle(self, ledger_id, md, versioned.version, password, chosen, writable=False)
-        if md.state is LedgerState.CLOSED:
-            return handle
-        if recovery:
-            from bkctl.client.recovery import recover
-
-            try:
-                await recover(handle)
-            except UnauthorizedError as exc:
-                if administrative_default:  # the bookies refused "": say what would open it
-                    hint = "its metadata stores no password: give --password"
-                    raise UnauthorizedError(f"{exc}; {hint}") from exc
-                raise
-            return handle
-        await handle.read_lac()
-        return handle
-
-    def delete_ledger(self, ledger_id: int) -> Deferred[None]:
-        """Remove the ledger's metadata (bookies garbage-collect its entries later)."""
-        return self.in_thread(self.layout.delete_ledger, ledger_id)
-
-
-def _check_shape(
-    ensemble_size: int,
-    write_quorum: int,
-    ack_quorum: int,
-    password: bytes,
-    custom: tuple[tuple[str, bytes], ...],
-) -> None:
-    if not limits.ENSEMBLE_SIZE_MAX >= ensemble_size >= write_quorum >= ack_quorum >= 1:
-        raise UsageError(
-            f"need {limits.ENSEMBLE_SIZE_MAX} >= ensemble >= write quorum >= ack quorum >= 1, got "
-            f"{ensemble_size}/{write_quorum}/{ack_quorum}"
-        )
-    if len(password) > limits.PASSWORD_SIZE_MAX:
-        raise UsageError(f"password of {len(password)} bytes: at most {limits.PASSWORD_SIZE_MAX}")
-    if len(custom) > limits.CUSTOM_METADATA_MAX:
-        raise UsageError(f"{len(custom)} custom metadata entries: at most {limits.CUSTOM_METADATA_MAX}")

@@ -11,12 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, NamedTuple
+from typing import NamedTuple, Protocol
 
 from twisted.internet.defer import Deferred
 
 from bkctl import limits
-from bkctl.client.bookie_client import RC_TIMEOUT, RC_UNAVAILABLE, rc_text
+from bkctl.client.bookie_client import RC_TIMEOUT, RC_UNAVAILABLE, BookieClients, rc_text
 from bkctl.errors import (
     BkctlError,
     CorruptDataError,
@@ -26,12 +26,35 @@ from bkctl.errors import (
     UnauthorizedError,
     UnavailableError,
 )
+from bkctl.model import DigestType
 from bkctl.protocol import wire
 from bkctl.protocol.entry import digest_matches, parse_entry, verify_entry
 from bkctl.protocol.quorum import Quorum, ReadAnswer, answer_for_rc
 
-if TYPE_CHECKING:
-    from bkctl.client.ledger import LedgerHandle
+
+class _Bookies(Protocol):
+    @property
+    def bookies(self) -> BookieClients: ...
+
+
+class ReadHandle(Protocol):
+    """What a read needs of a ledger handle (ledger.LedgerHandle is one; typed here, so this module
+    imports nothing from ledger.py, which imports it)."""
+
+    @property
+    def ledger_id(self) -> int: ...
+    @property
+    def digest(self) -> DigestType: ...
+    @property
+    def mac(self) -> bytes | None: ...
+    @property
+    def master_key(self) -> bytes: ...
+    @property
+    def quorum(self) -> Quorum: ...
+    @property
+    def client(self) -> _Bookies: ...
+    def replica(self, entry_id: int, position: int) -> str: ...
+
 
 _EOK = int(wire.ReturnCode.EOK)
 _EUA = int(wire.ReturnCode.EUA)
@@ -66,7 +89,7 @@ def failure_for(ledger_id: int, entry_id: int, answers: Sequence[tuple[str, int]
     return UnavailableError(f"{what}: no replica could serve it ({detail})")
 
 
-def _verified(handle: LedgerHandle, entry_id: int, body: bytes) -> LedgerEntry | None:
+def _verified(handle: ReadHandle, entry_id: int, body: bytes) -> LedgerEntry | None:
     try:
         e = verify_entry(body, handle.digest, handle.ledger_id, entry_id, handle.mac)
     except ProtocolError:
@@ -77,7 +100,7 @@ def _verified(handle: LedgerHandle, entry_id: int, body: bytes) -> LedgerEntry |
 class RangeRead:
     """Entries first..last, at most `window` in flight, each from the first replica that has it."""
 
-    def __init__(self, handle: LedgerHandle, first: int, last: int) -> None:
+    def __init__(self, handle: ReadHandle, first: int, last: int) -> None:
         self.handle = handle
         self.first = first
         self.results: list[LedgerEntry | None] = [None] * (last - first + 1)
@@ -149,7 +172,7 @@ class LastConfirmedRead:
     NoSuchEntry or NoSuchLedger is fenced, and coverage means the old writer can no longer reach Qa.
     """
 
-    def __init__(self, handle: LedgerHandle, ensemble: Sequence[str], fencing: bool) -> None:
+    def __init__(self, handle: ReadHandle, ensemble: Sequence[str], fencing: bool) -> None:
         self.handle = handle
         self.ensemble = list(ensemble)
         self.fencing = fencing
@@ -229,7 +252,7 @@ class RecoveryRead:
     could have had it acknowledged). Any other outcome is an error: recovery cannot decide.
     """
 
-    def __init__(self, handle: LedgerHandle, ensemble: Sequence[str], entry_id: int) -> None:
+    def __init__(self, handle: ReadHandle, ensemble: Sequence[str], entry_id: int) -> None:
         self.handle = handle
         self.entry_id = entry_id
         self.bookies = [ensemble[i] for i in handle.quorum.write_set(entry_id)]

@@ -21,19 +21,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import replace
-from typing import TYPE_CHECKING
 
 from twisted.internet import defer
 from twisted.python.failure import Failure
 
 from bkctl import limits
 from bkctl.client.bookie_client import RECOVERY_ADD_FLAGS
+from bkctl.client.ledger import LedgerHandle
 from bkctl.client.reads import LastConfirmedRead, LedgerEntry, RecoveryRead
 from bkctl.errors import BadVersionError, BkctlError, ConflictError, UnavailableError
 from bkctl.model import LedgerState
-
-if TYPE_CHECKING:
-    from bkctl.client.ledger import LedgerHandle
 
 log = logging.getLogger(__name__)
 
@@ -48,17 +45,16 @@ async def recover(handle: LedgerHandle) -> None:
     found = await LastConfirmedRead(handle, ensemble, fencing=True).start()
     segment_first = handle.metadata.segments[-1].first_entry_id
     lac = max(found.last_add_confirmed, segment_first - 1)
-    handle.last_add_confirmed = handle._last_pushed = lac
-    handle.length = handle._length_pushed = found.length
+    handle.start_recovery_at(lac, found.length)
     log.info("ledger %d: fenced; LAC %d, reading forward", handle.ledger_id, lac)
     written = await _read_forward(handle, ensemble, lac + 1)
     if written:
         await defer.gatherResults(written, consumeErrors=True).addErrback(_first_error)
     elif lac >= 0:
         handle.length = await _length_at(handle, lac, found.length)
-    await handle._wait_drained()
-    if handle._error is not None:
-        raise type(handle._error)(str(handle._error))
+    await handle.wait_drained()
+    if (error := handle.error) is not None:
+        raise type(error)(str(error))
     await handle.close_metadata(handle.last_add_confirmed, handle.length)
     log.info("ledger %d: recovered, closed at entry %d", handle.ledger_id, handle.last_add_confirmed)
 
@@ -82,8 +78,8 @@ async def _mark_in_recovery(handle: LedgerHandle) -> bool:
             return True
         except BadVersionError:
             current = await client.in_thread(client.layout.read_ledger, handle.ledger_id)
-            handle.metadata, handle.version = current.value, current.version
-            handle._ensemble = list(current.value.segments[-1].ensemble)
+            handle.adopt_metadata(current.value)  # nothing sent yet: only the ensemble follows it
+            handle.version = current.version
     raise ConflictError(f"ledger {handle.ledger_id}: marking it in recovery lost too many races")
 
 

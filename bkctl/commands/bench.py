@@ -33,7 +33,8 @@ from bkctl.commands.running import run_client
 from bkctl.errors import BkctlError, UsageError
 
 if TYPE_CHECKING:
-    from bkctl.client.ledger import Client, LedgerHandle
+    from bkctl.client.client import Client
+    from bkctl.client.ledger import LedgerHandle
 
 app = typer.Typer(help="Load generators: write and read throughput and latency.", no_args_is_help=True)
 

@@ -45,7 +45,8 @@ from bkctl.errors import LedgerClosedError, ProblemsFound, UsageError
 if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
 
-    from bkctl.client.ledger import Client, LedgerHandle
+    from bkctl.client.client import Client
+    from bkctl.client.ledger import LedgerHandle
     from bkctl.client.reads import LedgerEntry
 
 LedgerIdArgument = Annotated[int, typer.Argument(help="Ledger id.", min=0)]

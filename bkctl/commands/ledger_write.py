@@ -43,7 +43,8 @@ from bkctl.errors import BkctlError, Interrupted, NotFoundError, UsageError
 if TYPE_CHECKING:
     from twisted.internet.defer import Deferred
 
-    from bkctl.client.ledger import Client, LedgerHandle
+    from bkctl.client.client import Client
+    from bkctl.client.ledger import LedgerHandle
 
 
 def register(root: typer.Typer) -> None:

@@ -36,7 +36,7 @@ from bkctl.commands.running import interruptible, run_client
 from bkctl.errors import ConflictError, Interrupted, ProblemsFound, UsageError
 
 if TYPE_CHECKING:
-    from bkctl.client.ledger import Client
+    from bkctl.client.client import Client
     from bkctl.recovery.bookie_recovery import RecoveryReport
 
 RECOVERY_LOOK_S = 0.5  # how often a progress bar looks at the copies under way

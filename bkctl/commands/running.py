@@ -20,7 +20,7 @@ from bkctl.commands.output import OutputClosed, message
 from bkctl.errors import BkctlError
 
 if TYPE_CHECKING:
-    from bkctl.client.ledger import Client
+    from bkctl.client.client import Client
 
 T = TypeVar("T")
 
@@ -74,7 +74,7 @@ def run_client(
 ) -> T:
     """Open the cluster named by `metadata`, run `work(client)` on the reactor, close the client.
     `protocol`: the bookies' wire protocol, else $BKCTL_PROTOCOL (the root --protocol), else v2."""
-    from bkctl.client.ledger import Client
+    from bkctl.client.client import Client
 
     wire_protocol = protocol or os.environ.get("BKCTL_PROTOCOL") or "v2"
     options: dict[str, int] = {}

@@ -27,7 +27,7 @@ async def run_demo(
 ) -> None:
     from twisted.internet import threads
 
-    from bkctl.client.ledger import Client
+    from bkctl.client.client import Client
     from bkctl.metadata.layout import Layout
     from bkctl.metadata.stores import open_store
 

@@ -29,7 +29,7 @@ from bkctl.commands.running import run_client
 from bkctl.errors import BkctlError, CorruptDataError, UnavailableError
 
 if TYPE_CHECKING:
-    from bkctl.client.ledger import Client
+    from bkctl.client.client import Client
 
 ENTRY_SIZE = 100
 ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ"

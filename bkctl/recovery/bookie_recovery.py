@@ -40,7 +40,8 @@ from bkctl.recovery.replicator import (
 )
 
 if TYPE_CHECKING:
-    from bkctl.client.ledger import Client, LedgerHandle
+    from bkctl.client.client import Client
+    from bkctl.client.ledger import LedgerHandle
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,8 @@ from bkctl.client.single_bookie import read_from_bookie
 from bkctl.recovery.fragments import Fragment, fragments
 
 if TYPE_CHECKING:
-    from bkctl.client.ledger import Client, LedgerHandle
+    from bkctl.client.client import Client
+    from bkctl.client.ledger import LedgerHandle
 
 OK, MISSING, BOOKIE_DOWN, DIGEST_MISMATCH = "ok", "missing", "bookie_down", "digest_mismatch"
 _DOWN_ANSWERS = ("timed out", "unavailable", "EIO", "ETOOMANYREQUESTS")

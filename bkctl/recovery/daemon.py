@@ -163,7 +163,7 @@ def autorecovery_daemon(
     TLS with `tls`: Java's AutoRecoveryMain uses the TLS keys of its bk_server.conf as a client's)."""
     from twisted.internet import defer
 
-    from bkctl.client.ledger import Client
+    from bkctl.client.client import Client
     from bkctl.recovery.ledger_sweep import check_all_ledgers
     from bkctl.recovery.repair import LedgerRepairer
 

@@ -12,7 +12,7 @@ from bkctl.errors import BkctlError
 from bkctl.recovery.checker import check_ledger
 
 if TYPE_CHECKING:
-    from bkctl.client.ledger import Client
+    from bkctl.client.client import Client
 
 log = logging.getLogger("bkctl.recovery.audit")
 

@@ -25,7 +25,7 @@ from bkctl.recovery.replicator import format_ranges
 from bkctl.recovery.worker import RepairOutcome
 
 if TYPE_CHECKING:
-    from bkctl.client.ledger import Client
+    from bkctl.client.client import Client
 
 OPEN_SKIP = "--skip-open-ledgers"
 

@@ -10,7 +10,7 @@ from typing import Any
 from twisted.internet import defer, protocol, reactor
 from twisted.internet.task import deferLater
 
-from bkctl.client.ledger import Client
+from bkctl.client.client import Client
 from bkctl.metadata.layout import Layout
 from bkctl.metadata.store import MetadataStore
 from bkctl.metadata.stores import open_store

@@ -180,7 +180,7 @@ async def test_acknowledged_adds_leave_no_garbage_cycles(tmp_path: Path) -> None
             done: list[int] = []
             for p in payloads(50):
                 lh.add_callback(p, lambda entry_id, error: done.append(entry_id))
-            await bounded(lh._wait_drained())
+            await bounded(lh.wait_drained())
             await task.deferLater(reactor, 0, lambda: None)  # out of the acknowledging call's frame
             assert len(done) == 50
             left = [o for o in gc.get_objects() if type(o) is _Add]

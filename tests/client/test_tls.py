@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from twisted.internet import reactor
 
-from bkctl.client.ledger import Client
+from bkctl.client.client import Client
 from bkctl.errors import FencedError, UnauthorizedError, UnavailableError
 from bkctl.server.service import BookieService
 from bkctl.tls import JAVA_PROVIDER_FACTORY, TlsSettings

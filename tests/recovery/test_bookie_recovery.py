@@ -492,7 +492,7 @@ class WriterRacesTheSwap(Layout):
 
 @twisted_test
 async def test_a_writers_ensemble_change_during_the_swap_is_kept(tmp_path: Path) -> None:
-    from bkctl.client.ledger import Client
+    from bkctl.client.client import Client
 
     cluster = await Cluster(tmp_path).start(6)
     try:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from twisted.internet import reactor
 
-from bkctl.client.ledger import Client
+from bkctl.client.client import Client
 from bkctl.client.single_bookie import read_from_bookie
 from bkctl.metadata.layout import Layout
 from bkctl.metadata.underreplication import underreplicated_subpath
