@@ -127,6 +127,9 @@ async def test_open_ledger_is_fenced_and_closed_then_recovered(tmp_path: Path) -
     try:
         writer = await bounded(cluster.client().create_ledger(3, 3, 2, password=PW))
         await bounded(writer.add_many(payloads(30)))
+        # Every copy answered first: a third copy still in flight to the bookie killed next would make the
+        # writer change its ensemble (another scenario, tested with the racing writer).
+        await bounded(writer.wait_answered())
         dead = await kill(cluster, cluster.bookies.index(cluster.bookie(writer.ensemble[0])))
         client = cluster.client(seed=3)
         skipped = await bounded(BookieRecovery(client, RecoveryOptions((dead,), skip_open=True)).run())
