@@ -1,13 +1,21 @@
-"""The pure parts of garbage collection: candidates, compaction order, the rate limit."""
+"""The pure parts of garbage collection: candidates, compaction order, the rate limit; which
+over-replicated ledgers a check may delete (on an SQLite store)."""
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from bkctl.errors import UnavailableError
+from bkctl.metadata.layout import Layout
+from bkctl.metadata.sqlite import SqliteStore
+from bkctl.model import LedgerMetadata, LedgerState, Segment
 from bkctl.server.gc import LogUsage, Throttle, collectable, compaction_order, log_usage, marker_path
+from bkctl.server.gc_overreplicated import OverReplication
 
 
 def test_collectable_is_what_the_listing_lacks() -> None:
@@ -145,3 +153,41 @@ def test_scan_child_process_answers_as_the_in_process_scan(tmp_path: Path) -> No
         assert child.error is not None and "shorter" in child.error
     finally:
         child.close()
+
+
+class UnreadableLedger(Layout):
+    """Ledger 2's metadata cannot be read (a store that times out on it)."""
+
+    def read_ledger(self, ledger_id: int) -> Any:
+        if ledger_id == 2:
+            raise UnavailableError("metadata store timed out")
+        return super().read_ledger(ledger_id)
+
+
+def test_over_replicated_candidates_are_kept_on_doubt(tmp_path: Path) -> None:
+    def closed_on(*bookies: str) -> LedgerMetadata:
+        return LedgerMetadata(1, 1, 1, (Segment(0, bookies),), state=LedgerState.CLOSED, last_entry_id=5)
+
+    index = tmp_path / "old.idx"
+    index.write_bytes(b"")
+    os.utime(index, (time.time() - 3600, time.time() - 3600))
+    with SqliteStore(tmp_path / "metadata.db") as store:
+        layout = UnreadableLedger(store)
+        layout.init_cluster()
+        for ledger_id, bookie in (
+            (1, "other:1"),
+            (2, "other:1"),
+            (3, "me:1"),
+            (4, "other:1"),
+            (5, "other:1"),
+        ):
+            layout.create_ledger(closed_on(bookie), ledger_id=ledger_id)
+        assert layout.acquire_replication_lock(4, "a-worker")  # being replicated
+        over = OverReplication(layout, "me:1", wait_ms=60_000)
+        assert not over.due()  # one wait after the start
+        held = [(1, index), (2, index), (3, index), (4, index), (5, tmp_path / "fresh.idx"), (6, index)]
+        # 2: unreadable; 3: names this bookie; 4: locked; 5: no index file (entries only in memory); 6: gone
+        assert over.locked_candidates(held) == [1]
+        assert layout.lock_holder(1) == "me:1"  # held while the caller deletes
+        over.release([1])
+        assert layout.lock_holder(1) is None and layout.lock_holder(4) == "a-worker"
