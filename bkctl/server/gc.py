@@ -6,7 +6,8 @@ Every `gcWaitTime` and on demand (admin HTTP `PUT /api/v1/bookie/gc`), one run o
    A ledger the bookie holds and the listing lacks is read directly (`verifyMetadataOnGC`, on by
    default here) and only a definite "no such ledger" deletes its index. A ledger created after the
    bookie's list was taken is not in it, so it is never a candidate; a metadata store that cannot be
-   read deletes nothing.
+   read deletes nothing. Once per `gcOverreplicatedLedgerWaitTime`, closed ledgers whose metadata no
+   longer names this bookie go too, under their replication lock (gc_overreplicated.py).
 2. Entry logs: each log's bytes per ledger come from its ledgers map (or a scan of a log without one,
    cached); a log whose ledgers are all gone is removed. The current log is never touched, nor is one
    that appeared after the run took its snapshot (ids at or above the current one).
