@@ -21,6 +21,7 @@ TRIGGER_TIMEOUT_S = 30.0
 # The report's fields shown by -o table/plain, in this order.
 SUMMARY = (
     "ledgers_deleted",
+    "overreplicated_deleted",
     "entry_logs_removed",
     "entry_logs_compacted",
     "compaction",
