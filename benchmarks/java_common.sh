@@ -3,7 +3,7 @@
 # free_port, java_bookie_conf. Needs BKJAVA (../shared/tools/java-bookkeeper/README.md).
 : "${BKJAVA:?set BKJAVA to a Java BookKeeper build (see ../shared/tools/java-bookkeeper/README.md)}"
 . "$BKJAVA/scripts/env.sh"
-py=${PYTHON:-/work/main/.venv/bin/python}
+py=${PYTHON:-.venv/bin/python}  # the scripts run from the repository root
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; sleep 3; rm -rf "$work" 2>/dev/null || true' EXIT
 free_port() { "$py" -c 'from bkctl.metadata.zk_server import free_port; print(free_port())'; }

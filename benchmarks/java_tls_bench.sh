@@ -9,25 +9,12 @@
 #   BKJAVA=/tmp/bkjava BKPERF=/tmp/bkperf [V2=false] benchmarks/java_tls_bench.sh [WINDOW_S] [PAIRS]
 set -uo pipefail
 cd "$(dirname "$0")/.."
-: "${BKJAVA:?set BKJAVA}" "${BKPERF:?set BKPERF}"
-. "$BKJAVA/scripts/env.sh"
+: "${BKPERF:?set BKPERF}"
 window=${1:-20}
 pairs=${2:-2}
-py=${PY:-.venv/bin/python}
-work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; sleep 2; rm -rf "$work"' EXIT
+. benchmarks/java_common.sh
 "$py" -m tests.tls_certs "$work/certs" > /dev/null
 c=$work/certs
-zk_port=$("$py" -c 'from bkctl.metadata.zk_server import free_port; print(free_port())')
-printf 'tickTime=1000\ndataDir=%s/zk\nclientPort=%s\nclientPortAddress=127.0.0.1\nadmin.enableServer=false\n4lw.commands.whitelist=ruok\n' \
-  "$work" "$zk_port" > "$work/zoo.cfg"
-java -Xmx256m -cp /usr/share/java/zookeeper.jar org.apache.zookeeper.server.ZooKeeperServerMain "$work/zoo.cfg" \
-  > "$work/zk.log" 2>&1 &
-for _ in $(seq 100); do
-  "$py" -c "from bkctl.metadata.zk_server import four_letter_word as w; import sys; sys.exit(w($zk_port, 'ruok') != 'imok')" && break
-  sleep 0.2
-done
-uri="zk://127.0.0.1:$zk_port/ledgers"
 "$py" -m bkctl cluster init --metadata "$uri" > /dev/null
 tls_keys="tlsProviderFactoryClass=org.apache.bookkeeper.tls.TLSContextFactory
 tlsProvider=JDK
@@ -44,15 +31,14 @@ bench() {  # bench KIND(bkctl|java) TLS(tls|plain)
   run=$((run + 1))
   dir=$work/run$run
   mkdir -p "$dir"
-  port=$("$py" -c 'from bkctl.metadata.zk_server import free_port; print(free_port())')
+  port=$(free_port)
   if [ "$mode" = tls ]; then keys=$tls_keys; client_tls=("${java_tls[@]}"); fi
   if [ "$kind" = bkctl ]; then
     printf '%s\n' "$keys" > "$dir/bk.conf"
     "$py" -m bkctl bookie start -c "$dir/bk.conf" -p "$port" -j "$dir/journal" -l "$dir/ledgers" \
       --metadata "$uri" > "$dir/log" 2>&1 &
   else
-    printf 'bookiePort=%s\nadvertisedAddress=127.0.0.1\nallowLoopback=true\nuseHostNameAsBookieID=false\njournalDirectories=%s/journal\nledgerDirectories=%s/ledgers\nmetadataServiceUri=zk+null://127.0.0.1:%s/ledgers\nledgerStorageClass=org.apache.bookkeeper.bookie.InterleavedLedgerStorage\nstatsProviderClass=org.apache.bookkeeper.stats.NullStatsProvider\nhttpServerEnabled=false\n%s\n' \
-      "$port" "$dir" "$dir" "$zk_port" "$keys" > "$dir/bk.conf"
+    { java_bookie_conf "$port" "$dir"; printf '%s\n' "$keys"; } > "$dir/bk.conf"
     java $JAVA_OPTS_SMALL -Xmx1g -cp "$BK_CP" org.apache.bookkeeper.server.Main --conf "$dir/bk.conf" > "$dir/log" 2>&1 &
   fi
   pid=$!

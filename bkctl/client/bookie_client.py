@@ -74,6 +74,11 @@ _V3 = -3  # the first item of a v3 request's key: (_V3, txn id, 0)
 PROTOCOLS = ("v2", "v3")
 
 
+def check_protocol(protocol: str) -> None:
+    if protocol not in PROTOCOLS:
+        raise UsageError(f"wire protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
+
+
 # Add flags: a writer's, and recovery's (accepted by a fenced bookie), shared by the ledger handle and
 # recovery (here, below both, so neither imports the other for them).
 ADD_FLAGS = wire.FLAG_NONE
@@ -171,8 +176,7 @@ class BookieClient:
         protocol: str = "v2",
         tls: TlsSettings | None = None,
     ) -> None:
-        if protocol not in PROTOCOLS:
-            raise UsageError(f"wire protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
+        check_protocol(protocol)
         self.bookie_id = bookie_id
         self._tls = tls  # every new connection sends START_TLS first (bkctl/tls.py)
         self.protocol = protocol
@@ -618,8 +622,7 @@ class BookieClients:
         tls: TlsSettings | None = None,
         **options: int,
     ) -> None:
-        if protocol not in PROTOCOLS:
-            raise UsageError(f"wire protocol {protocol!r}: expected one of {', '.join(PROTOCOLS)}")
+        check_protocol(protocol)
         self._reactor = reactor
         self._resolver = resolver
         self.protocol = protocol
