@@ -22,7 +22,7 @@ from typing import Final
 from bkctl import limits
 from bkctl.errors import CorruptDataError, ProtocolError
 from bkctl.protocol import entrylog_format as ef
-from bkctl.server.fileio import drop_cached, write_all
+from bkctl.server.fileio import drop_cached, write_all, write_out
 
 log = logging.getLogger("bkctl.bookie")
 
@@ -187,6 +187,7 @@ class EntryLogWriter:
         """Write the buffer and fsync the current log (rotated logs were fsynced when rotated)."""
         self._write_buffer()
         if self._fd >= 0:
+            write_out(self._fd, self._flushed[0], self.position)
             os.fsync(self._fd)
             self._flushed = (self.position, dict(self._sizes))
             self._dropped_to = drop_cached(self._fd, self._dropped_to, self.position)
@@ -216,6 +217,7 @@ class EntryLogWriter:
         write_all(self._fd, [ledgers_map], map_offset)
         header = ef.EntryLogHeader(ef.HEADER_V1, map_offset, len(self._sizes))
         write_all(self._fd, [ef.encode_header(header)], 0)
+        write_out(self._fd, self._flushed[0], map_offset + len(ledgers_map))
         os.fsync(self._fd)
         drop_cached(self._fd, self._dropped_to, 1 << 62)  # the whole finished log
         os.close(self._fd)

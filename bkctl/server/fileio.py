@@ -6,6 +6,7 @@ import ctypes
 import mmap
 import os
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
@@ -18,22 +19,36 @@ _FADVISE: Final = getattr(os, "posix_fadvise", None)
 _FALLOC_FL_KEEP_SIZE: Final = 1  # linux/falloc.h
 
 
-def _libc_fallocate() -> Any:
-    """libc's fallocate(fd, mode, offset, len) with 64-bit offsets, or None off Linux."""
+def _libc_function(names: tuple[str, ...], argtypes: tuple[Any, ...]) -> Any:
+    """The first of libc's `names` that exists, returning int, or None off Linux. ctypes calls drop the
+    GIL, so these run on pool threads while the reactor serves."""
     if not sys.platform.startswith("linux"):
         return None
     try:
         libc = ctypes.CDLL(None, use_errno=True)
     except OSError:
         return None
-    function = getattr(libc, "fallocate64", None) or getattr(libc, "fallocate", None)
-    if function is not None:
-        function.argtypes = (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
-        function.restype = ctypes.c_int
-    return function
+    for name in names:
+        function = getattr(libc, name, None)
+        if function is not None:
+            function.argtypes = argtypes
+            function.restype = ctypes.c_int
+            return function
+    return None
 
 
-_FALLOCATE: Final = _libc_fallocate()
+# fallocate(fd, mode, offset, len) and sync_file_range(fd, offset, nbytes, flags), 64-bit offsets.
+_FALLOCATE: Final = _libc_function(
+    ("fallocate64", "fallocate"), (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64)
+)
+_SYNC_FILE_RANGE: Final = _libc_function(
+    ("sync_file_range",), (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+)
+# SYNC_FILE_RANGE_WAIT_BEFORE | WRITE | WAIT_AFTER (linux/fs.h): write the range out and wait for it.
+_WRITE_AND_WAIT: Final = 1 | 2 | 4
+# One step of `write_out`. Measured here (a 1 KiB write + fdatasync loop beside a 500 MB/s writer):
+# the loop's p99 was 0.35-0.38 ms alone, 2.2 ms beside 4 MiB writes + fsync, 0.66 ms beside 128 KiB steps.
+WRITE_OUT_STEP: Final = 128 * 1024
 
 
 def write_all(fd: int, buffers: Sequence[bytes | bytearray | memoryview], offset: int) -> None:
@@ -63,6 +78,46 @@ def reserve(fd: int, offset: int, length: int) -> bool:
     if _FALLOCATE is None or length <= 0:
         return False
     return bool(_FALLOCATE(fd, _FALLOC_FL_KEEP_SIZE, offset, length) == 0)
+
+
+def write_out(fd: int, start: int, end: int) -> None:
+    """Send [start, end) of `fd` to the disk WRITE_OUT_STEP at a time, each waited for, before an fsync.
+
+    An fsync of megabytes queues them all on the device at once, and the journal's fdatasync (a disk
+    cache flush on a shared disk) waits behind the lot: the writers' tail latency. One step at a time
+    keeps at most one step ahead of it; the fsync that follows then only flushes. No durability rests
+    on this (best effort: without sync_file_range the fsync does it all).
+    """
+    if _SYNC_FILE_RANGE is None:
+        return
+    for offset in range(start, end, WRITE_OUT_STEP):
+        if _SYNC_FILE_RANGE(fd, offset, min(WRITE_OUT_STEP, end - offset), _WRITE_AND_WAIT) != 0:
+            return
+
+
+# Bytes `remove_gradually` frees per step, and the pause after each.
+REMOVE_STEP: Final = 4 * 1024 * 1024
+REMOVE_PAUSE_S: Final = 0.002
+
+
+def remove_gradually(path: Path) -> int:
+    """Unlink a big file after cutting it down REMOVE_STEP at a time; returns the bytes it held.
+
+    Unlinking a 128 MiB entry log at once took 23-29 ms here, all of it inside one ext4 journal
+    transaction: every fdatasync of the bookie's journal that needs a commit meanwhile (its file grows
+    with each write) waited for it, the writers' worst latency during compaction. Small cuts keep each
+    such wait short. Blocking: a pool thread's work.
+    """
+    fd = os.open(path, os.O_WRONLY | CLOEXEC)
+    try:
+        size = os.fstat(fd).st_size
+        for end in range(size - REMOVE_STEP, 0, -REMOVE_STEP):
+            os.ftruncate(fd, end)
+            time.sleep(REMOVE_PAUSE_S)
+    finally:
+        os.close(fd)
+    path.unlink()
+    return size
 
 
 def drop_cached(fd: int, start: int, end: int) -> int:

@@ -50,6 +50,7 @@ from bkctl.protocol import index_format as ixf
 from bkctl.protocol.entrylog_format import RecordKind
 from bkctl.protocol.scanning import ScanStop
 from bkctl.server.faults import fault_point
+from bkctl.server.fileio import remove_gradually
 from bkctl.server.gc_overreplicated import OverReplication
 from bkctl.server.gc_scan import ScanChild
 from bkctl.server.moves import Moved
@@ -66,7 +67,7 @@ _PAGE: Final = struct.Struct(f">{ixf.SLOTS_PER_PAGE}q")
 _HEAD: Final = struct.Struct(">iqq")  # a record's size prefix, ledger id and entry id
 _SIZE_PREFIX: Final = 4
 _CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
-READ_CHUNK: Final = 4 * 1024 * 1024
+READ_CHUNK: Final = 256 * 1024
 # The GIL switch interval while compaction copies (see _short_gil_slices).
 COMPACTION_SWITCH_INTERVAL_S: Final = 0.0005
 _PAGES_CACHED_MAX: Final = 1024
@@ -180,6 +181,9 @@ class LiveRecords:
         self._pages: dict[tuple[int, int], tuple[int, ...]] = {}
         self._fd = os.open(path, os.O_RDONLY | _CLOEXEC)
         self._size = os.fstat(self._fd).st_size
+        # No read-ahead: each READ_CHUNK read is one request on the disk, never a queue of them ahead
+        # of the journal's fdatasync (the writers' latency on a shared disk).
+        os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_RANDOM)
         self._position = ef.HEADER_SIZE  # of the next record to look at
         self._generic: Iterator[Any] | None = None
         self._generic_scan: FileScan[Any] | None = None
@@ -750,13 +754,11 @@ def _markers(directories: list[Path], old: dict[int, Path], logs: dict[int, Path
 
 
 def _remove_files(paths: list[Path]) -> int:
-    """Unlink each file (gone already is fine); the bytes they held."""
+    """Remove each file (gone already is fine); the bytes they held."""
     freed = 0
     for path in paths:
         try:
-            size = path.stat().st_size
-            path.unlink()
+            freed += remove_gradually(path)
         except FileNotFoundError:
             continue
-        freed += size
     return freed

@@ -1,4 +1,4 @@
-"""The pure parts of garbage collection: candidates, compaction order, the rate limit; which
+"""The pure parts of garbage collection: candidates, compaction order, the rate limit, file removal; which
 over-replicated ledgers a check may delete (on an SQLite store)."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from bkctl.errors import UnavailableError
 from bkctl.metadata.layout import Layout
 from bkctl.metadata.sqlite import SqliteStore
 from bkctl.model import LedgerMetadata, LedgerState, Segment
+from bkctl.server import fileio
 from bkctl.server.gc import LogUsage, Throttle, collectable, compaction_order, log_usage, marker_path
 from bkctl.server.gc_overreplicated import OverReplication
 
@@ -191,3 +192,26 @@ def test_over_replicated_candidates_are_kept_on_doubt(tmp_path: Path) -> None:
         assert layout.lock_holder(1) == "me:1"  # held while the caller deletes
         over.release([1])
         assert layout.lock_holder(1) is None and layout.lock_holder(4) == "a-worker"
+
+
+def test_remove_gradually_frees_the_whole_file(tmp_path: Path) -> None:
+    path = tmp_path / "7.log"
+    size = 3 * fileio.REMOVE_STEP + 12_345  # cut in steps, then a remainder
+    path.write_bytes(b"x" * size)
+    assert fileio.remove_gradually(path) == size
+    assert not path.exists()
+    with pytest.raises(FileNotFoundError):
+        fileio.remove_gradually(path)
+
+
+def test_write_out_leaves_the_bytes_as_written(tmp_path: Path) -> None:
+    path = tmp_path / "0.log"
+    data = bytes(range(256)) * (fileio.WRITE_OUT_STEP // 128 + 3)  # more than two steps
+    fd = os.open(path, os.O_RDWR | os.O_CREAT)
+    try:
+        os.write(fd, data)
+        fileio.write_out(fd, 100, len(data))  # from a mid-page offset, as after a flush
+        fileio.write_out(fd, len(data), len(data))  # nothing to do
+        assert os.pread(fd, len(data) + 1, 0) == data
+    finally:
+        os.close(fd)
