@@ -55,3 +55,15 @@ def test_any_set_of_ids_round_trips(ids: set[int]) -> None:
 def test_malformed_bytes_are_refused(data: bytes, says: str) -> None:
     with pytest.raises(ProtocolError, match=says):
         ea.decode(data)
+
+
+@given(st.sets(st.integers(0, 3000), max_size=300))
+def test_holdings_answer_as_the_listed_ids(ids: set[int]) -> None:
+    holdings = ea.Holdings(ea.decode(ea.encode(sorted(ids))))
+    assert [i for i in range(-2, 3100) if i in holdings] == sorted(ids)
+
+
+def test_holdings_of_javas_one_run_per_group_form() -> None:
+    holdings = ea.Holdings(ea.decode(java_bytes((0, 0, 2, 0), (3, 3, 2, 0), (6, 6, 2, 0))))
+    assert [i for i in range(10) if i in holdings] == [0, 1, 3, 4, 6, 7]
+    assert "3" not in holdings

@@ -244,6 +244,15 @@ class BookieClient:
         payload = wire.encode_read_request(ledger_id, entry_id, flags, key)
         self._send([((_READ, ledger_id, entry_id), wire.frame(payload), cb)], _call)
 
+    def entries_of_ledger(self, ledger_id: int, cb: Callback) -> None:
+        """GET_LIST_OF_ENTRIES_OF_LEDGER (v3 only: `BookieClients.v3` gives a v3 client of any bookie);
+        `cb(rc, AvailabilityOfEntriesOfLedger bytes)` (protocol/entry_availability.py)."""
+        if not self._v3:
+            raise UsageError("the list of a ledger's entries is a v3 request: ask a v3 client")
+        self._txn_id += 1
+        payload = wire_v3.encode_entries_of_ledger_request(self._txn_id, ledger_id)
+        self._send([((_V3, self._txn_id, 0), wire.frame(payload), cb)], _call)
+
     def _v3_item(self, request: wire.Request, argument: Any) -> Item:
         """The v3 form of a v2 add or read request: a new txn id, its key, its frame."""
         self._txn_id += 1
@@ -629,22 +638,33 @@ class BookieClients:
         self._tls = tls
         self._options: dict[str, Any] = options  # BookieClient's int keywords
         self._clients: dict[str, BookieClient] = {}
+        self._v3_clients: dict[str, BookieClient] = {}  # for v3-only requests of a v2 pool
         self._closed = False
 
     def get(self, bookie_id: str) -> BookieClient:
-        client = self._clients.get(bookie_id)
+        return self._client(self._clients, bookie_id, self.protocol)
+
+    def v3(self, bookie_id: str) -> BookieClient:
+        """A v3 client of the bookie, for requests v2 lacks (the list of a ledger's entries): the pool's
+        own when it speaks v3, else a second connection used only for them."""
+        if self.protocol == "v3":
+            return self.get(bookie_id)
+        return self._client(self._v3_clients, bookie_id, "v3")
+
+    def _client(self, clients: dict[str, BookieClient], bookie_id: str, protocol: str) -> BookieClient:
+        client = clients.get(bookie_id)
         if client is None:
             client = BookieClient(
                 bookie_id,
                 self._reactor,
                 **self._options,
                 resolver=self._resolver,
-                protocol=self.protocol,
+                protocol=protocol,
                 tls=self._tls,
             )
             if self._closed:
                 client.close()
-            self._clients[bookie_id] = client
+            clients[bookie_id] = client
         return client
 
     def resolve(self, bookie_ids: Sequence[str]) -> Deferred[None]:
@@ -659,6 +679,6 @@ class BookieClients:
 
     def close(self) -> Deferred[None]:
         self._closed = True
-        closing = [client.close() for client in self._clients.values()]
+        closing = [client.close() for client in [*self._clients.values(), *self._v3_clients.values()]]
         done: Deferred[Any] = defer.gatherResults(closing, consumeErrors=True)
         return done.addCallback(lambda _: None)

@@ -13,13 +13,15 @@ from bkctl import limits
 from bkctl.client.bookie_client import rc_text
 from bkctl.client.reads import LedgerEntry
 from bkctl.errors import ProtocolError
-from bkctl.protocol import wire
+from bkctl.protocol import entry_availability, wire
 from bkctl.protocol.entry import parse_entry, verify_entry
+from bkctl.protocol.entry_availability import Holdings
 
 if TYPE_CHECKING:
     from bkctl.client.ledger import LedgerHandle
 
 _EOK = int(wire.ReturnCode.EOK)
+_ENOLEDGER = int(wire.ReturnCode.ENOLEDGER)
 
 
 def read_from_bookie(
@@ -78,4 +80,24 @@ def last_entry_on(handle: LedgerHandle, bookie: str) -> Deferred[int]:
         done.callback(entry_id)
 
     handle.client.bookies.get(bookie).read(handle.ledger_id, wire.LAST_ENTRY_ID, answer)
+    return done
+
+
+def entries_held(handle: LedgerHandle, bookie: str) -> Deferred[Holdings | None]:
+    """Which of the ledger's entries `bookie` holds (GET_LIST_OF_ENTRIES_OF_LEDGER over v3, one request
+    whatever the ledger's size); None when it cannot say (down, or a bookie older than the request)."""
+    done: Deferred[Holdings | None] = Deferred()
+
+    def answer(rc: int, body: bytes) -> None:
+        held = None
+        if rc == _ENOLEDGER:
+            held = Holdings([])
+        elif rc == _EOK:
+            try:
+                held = Holdings(entry_availability.decode(body))
+            except ProtocolError:
+                held = None
+        done.callback(held)
+
+    handle.client.bookies.v3(bookie).entries_of_ledger(handle.ledger_id, answer)
     return done

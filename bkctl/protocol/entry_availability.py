@@ -9,6 +9,7 @@ Striping makes this compact: with E=3, Qw=2 a bookie holds two entries of every 
 
 from __future__ import annotations
 
+import bisect
 import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -100,3 +101,25 @@ def entry_ids(data: bytes | memoryview) -> Iterator[int]:
     """Every entry id the availability bytes say are held, ascending."""
     for group in decode(data):
         yield from group.ids()
+
+
+class Holdings:
+    """Whether an entry id is held, straight from the groups (a bookie may hold millions of a ledger's
+    entries: they are never listed). Groups are disjoint and ascending, as both encoders make them."""
+
+    def __init__(self, groups: list[SequenceGroup]) -> None:
+        self._groups = sorted(groups, key=lambda g: g.first_start)
+        self._starts = [g.first_start for g in self._groups]
+
+    def __contains__(self, entry_id: object) -> bool:
+        if not isinstance(entry_id, int):
+            return False
+        at = bisect.bisect_right(self._starts, entry_id)
+        if at == 0:
+            return False
+        group = self._groups[at - 1]
+        offset = entry_id - group.first_start
+        if group.period == 0:
+            return offset < group.size
+        run, within = divmod(offset, group.period)
+        return within < group.size and group.first_start + run * group.period <= group.last_start

@@ -1,7 +1,8 @@
 """Which fragments of a ledger are under-replicated, read from the bookies themselves.
 
 By default each fragment's first and last entry are read from its bookie (BookKeeper's LedgerChecker
-with `auditorLedgerVerificationPercentage` 0); `full` reads every entry. A bookie that is not registered
+with `auditorLedgerVerificationPercentage` 0) and its bookie's list of the entries it holds is compared
+with the fragment's (Java's replicas check); `full` reads every entry. A bookie that is not registered
 is `bookie_down` without a read. Answers tell apart `missing` (the bookie says it has no such entry or
 ledger), `bookie_down` (no answer, unreachable, timed out) and `digest_mismatch` (a copy that does not
 verify).
@@ -13,7 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from bkctl.client.single_bookie import read_from_bookie
+from bkctl.client.single_bookie import entries_held, read_from_bookie
+from bkctl.protocol.entry_availability import Holdings
 from bkctl.recovery.fragments import Fragment, fragments
 
 if TYPE_CHECKING:
@@ -75,8 +77,16 @@ async def check_ledger(
 async def check_fragments(
     handle: LedgerHandle, fragments: Iterable[Fragment], *, full: bool = False, down: Iterable[str] = ()
 ) -> list[FragmentState]:
-    """The state of each fragment; `down` are bookies known to be gone (not registered)."""
+    """The state of each fragment; `down` are bookies known to be gone (not registered).
+
+    Besides the first and last entry read, each bookie is asked once which entries it holds (the list
+    Java's replicas check uses): a fragment whose first and last entries are there can still lack
+    entries in between, as when a writer was killed while a bookie was slow (acknowledged by the ack
+    quorum, never sent to the third copy) and nobody but this check can see them. A bookie that cannot
+    list them (an older one) is judged by the reads alone.
+    """
     gone = set(down)
+    held: dict[str, Holdings | None] = {}
     states = []
     for fragment in fragments:
         wanted = list(fragment.entries()) if full else fragment.first_and_last()
@@ -86,8 +96,24 @@ async def check_fragments(
             states.append(FragmentState(fragment, BOOKIE_DOWN, wanted))
         else:
             _, failures = await read_from_bookie(handle, fragment.bookie, wanted)
-            states.append(_state(fragment, failures))
+            state = _state(fragment, failures)
+            if state.ok and not full:
+                state = await _in_between(handle, fragment, held)
+            states.append(state)
     return states
+
+
+async def _in_between(
+    handle: LedgerHandle, fragment: Fragment, held: dict[str, Holdings | None]
+) -> FragmentState:
+    """A fragment whose first and last entry were read, judged by the entries its bookie lists."""
+    if fragment.bookie not in held:
+        held[fragment.bookie] = await entries_held(handle, fragment.bookie)
+    holdings = held[fragment.bookie]
+    if holdings is None:
+        return FragmentState(fragment)
+    missing = [entry_id for entry_id in fragment.entries() if entry_id not in holdings]
+    return FragmentState(fragment, MISSING, missing) if missing else FragmentState(fragment)
 
 
 def _state(fragment: Fragment, failures: list[tuple[int, str]]) -> FragmentState:

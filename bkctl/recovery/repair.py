@@ -52,8 +52,8 @@ class LedgerRepairer:
         if alive:
             # Marked by a check (a wiped disk), by a writer (copies acknowledged adds missed: the tail
             # of a fragment, the entries after the bookie failed), or back since the audit: ask them,
-            # first and last entry of each fragment as Java does (every entry would read whole ledgers
-            # again after each bookie restart that the auditor marked).
+            # first and last entry of each fragment read and the entries they list (reading every entry
+            # would read whole ledgers again after each bookie restart that the auditor marked).
             check = await check_ledger(self.client, ledger_id)
             bad = [s.fragment for s in check.states if not s.ok and s.fragment.bookie in alive]
             lost += sorted({f.bookie for f in bad})

@@ -11,7 +11,7 @@ import pytest
 from twisted.internet import defer, reactor
 
 from bkctl.metadata.layout import Layout
-from bkctl.recovery.daemon import autorecovery_daemon
+from bkctl.recovery.daemon import AutorecoveryDaemon, autorecovery_daemon
 from bkctl.recovery.worker import WorkerConfig
 from tests.client.cluster import Cluster, bounded, sleep
 from tests.client.test_ledger import PW, payloads
@@ -62,6 +62,32 @@ async def test_a_lost_bookie_heals_with_nothing_typed(
         await cluster.stop()
 
 
+async def _healed_by_the_periodic_check(cluster: Cluster, ledger_id: int, bad: str) -> AutorecoveryDaemon:
+    """A daemon whose check of every ledger is due at once started; back once the ledger's first segment
+    no longer names `bad`, with no mark left, every entry on every bookie of its write set."""
+    from bkctl.recovery.auditor import AuditorConfig
+
+    assert cluster.store is not None and cluster.layout is not None
+    layout = cluster.layout
+    config = AuditorConfig(periodic_check_interval_s=3600)  # due at once: no check ran before
+    daemon = autorecovery_daemon(
+        Layout(cluster.store), reactor, "ar", auditor_config=config, worker_config=FAST
+    )
+
+    def healed() -> bool:
+        current = layout.read_ledger(ledger_id).value
+        return not list(layout.underreplicated_ids()) and bad not in current.segments[0].ensemble
+
+    try:
+        await bounded(daemon.start())
+        await until(healed, f"the fragment on {bad} copied to another bookie and swapped out")
+        await assert_fully_replicated(cluster, ledger_id, {bad})
+    except BaseException:
+        await bounded(daemon.stop())
+        raise
+    return daemon
+
+
 @twisted_test
 async def test_the_periodic_check_finds_a_wiped_bookie_and_the_worker_repairs_it(tmp_path: Path) -> None:
     """AuditorPeriodicCheckTest: a bookie that is alive but lost its data (here: an ensemble naming a
@@ -69,7 +95,6 @@ async def test_the_periodic_check_finds_a_wiped_bookie_and_the_worker_repairs_it
     from dataclasses import replace
 
     from bkctl.model import Segment
-    from bkctl.recovery.auditor import AuditorConfig
 
     cluster = await Cluster(tmp_path).start(5)
     daemon = None
@@ -83,18 +108,7 @@ async def test_the_periodic_check_finds_a_wiped_bookie_and_the_worker_repairs_it
         ensemble[0] = wiped
         md = replace(versioned.value, segments=(Segment(0, tuple(ensemble)),))
         await in_thread(layout.write_ledger, ledger_id, md, versioned.version)
-        config = AuditorConfig(periodic_check_interval_s=3600)  # due at once: no check ran before
-        daemon = autorecovery_daemon(
-            Layout(cluster.store), reactor, "ar", auditor_config=config, worker_config=FAST
-        )
-        await bounded(daemon.start())
-
-        def healed() -> bool:
-            current = layout.read_ledger(ledger_id).value
-            return not list(layout.underreplicated_ids()) and wiped not in current.segments[0].ensemble
-
-        await until(healed, "the wiped bookie's fragment copied and swapped out")
-        await assert_fully_replicated(cluster, ledger_id, {wiped})
+        daemon = await _healed_by_the_periodic_check(cluster, ledger_id, wiped)
         assert daemon.status()["checks_of_all_ledgers"] >= 1
         assert await in_thread(layout.check_ctime, "checkallledgersctime") is not None
     finally:
@@ -272,4 +286,56 @@ async def test_copies_missed_by_acknowledged_adds_are_healed_without_fencing_the
         await assert_fully_replicated(cluster, writer.ledger_id, {hung})
     finally:
         await bounded(daemon.stop())
+        await cluster.stop()
+
+
+async def _write_with_a_gap(cluster: Cluster, gap: range) -> tuple[int, str]:
+    """A closed 3-3-2 ledger of 30 entries whose third bookie never got the entries in `gap`: what a
+    writer killed while that bookie was slow leaves (acknowledged by the other two). Its first and last
+    entries are there, so only the list of entries the bookie holds shows the gap."""
+    from bkctl.protocol.entry import package_entry
+
+    client = cluster.client(seed=8)
+    handle = await bounded(client.create_ledger(3, 3, 2, password=PW))
+    short = handle.ensemble[2]
+    acked: list[defer.Deferred[int]] = []
+    length = 0
+    for entry_id, payload in enumerate(payloads(30)):
+        length += len(payload)
+        body = package_entry(
+            handle.digest, handle.ledger_id, entry_id, entry_id - 1, length, payload, handle.mac
+        )
+        for bookie in handle.ensemble:
+            if bookie == short and entry_id in gap:
+                continue
+            done: defer.Deferred[int] = defer.Deferred()
+            client.bookies.get(bookie).add(
+                body, handle.master_key, 0, handle.ledger_id, entry_id, lambda rc, _, d=done: d.callback(rc)
+            )
+            acked.append(done)
+    assert set(await bounded(defer.gatherResults(acked))) == {0}
+    await bounded(defer.ensureDeferred(handle.close_metadata(29, length)))
+    return handle.ledger_id, short
+
+
+@twisted_test
+async def test_entries_missing_between_a_fragments_first_and_last_are_found_and_healed(
+    tmp_path: Path,
+) -> None:
+    """Found by the chaos run: a live bookie lacking entries in the middle of its fragment passed the
+    first-and-last check forever. The check now also compares the entries the bookie lists."""
+    from bkctl.recovery.checker import MISSING, check_ledger
+
+    cluster = await Cluster(tmp_path).start(4)
+    daemon = None
+    try:
+        assert cluster.store is not None and cluster.layout is not None
+        ledger_id, short = await _write_with_a_gap(cluster, range(10, 20))
+        check = await bounded(defer.ensureDeferred(check_ledger(cluster.client(seed=3), ledger_id)))
+        bad = [(s.fragment.bookie, s.state, s.entries) for s in check.states if not s.ok]
+        assert bad == [(short, MISSING, list(range(10, 20)))]
+        daemon = await _healed_by_the_periodic_check(cluster, ledger_id, short)
+    finally:
+        if daemon is not None:
+            await bounded(daemon.stop())
         await cluster.stop()
