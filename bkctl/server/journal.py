@@ -71,6 +71,7 @@ class SyncBatch:
     mark: Mark
     latency_ms: float
     error: OSError | None = None
+    requests: int = 1  # the sync requests it answers
 
 
 @dataclass
@@ -158,7 +159,7 @@ class SyncThread:
         latency_ms = (time.perf_counter() - started) * 1000.0
         tokens = requests[0].tokens if len(requests) == 1 else [t for r in requests for t in r.tokens]
         entries = sum(r.entries for r in requests)
-        return SyncBatch(tokens, entries, requests[-1].mark, latency_ms, error)
+        return SyncBatch(tokens, entries, requests[-1].mark, latency_ms, error, len(requests))
 
 
 class JournalWriter:
@@ -198,6 +199,7 @@ class JournalWriter:
         self._timer: Any = None
         self.durable_mark: Mark = (-1, 0)
         self.failed: OSError | None = None
+        self._in_sync = 0  # requests submitted to the sync thread, not delivered yet
         self._stopped: Deferred[None] | None = None
         self._stop_mark: Mark = (-1, 0)
 
@@ -219,7 +221,7 @@ class JournalWriter:
         if self.failed is None:
             self._write_pending()
         self._stop_mark = self.mark  # after the write: a failed one moves the mark back
-        self._sync.submit(self._request(close=True))
+        self._submit(self._request(close=True))
         self._sync.submit(None)
         return self._stopped
 
@@ -300,9 +302,17 @@ class JournalWriter:
         if not self._write_pending():
             return
         roll = self._position >= self.settings.max_size
-        self._sync.submit(self._request(close=roll))
+        self._submit(self._request(close=roll))
         if roll:
-            self._open(self.journal_id + 1)
+            try:
+                self._open(self.journal_id + 1)
+            except OSError as exc:  # no room for the next file: failed as a write would
+                self._fd = -1
+                self._fail(exc, [])
+
+    def _submit(self, request: SyncRequest) -> None:
+        self._in_sync += 1
+        self._sync.submit(request)
 
     def _request(self, close: bool) -> SyncRequest:
         group, self._group = self._group, _Group()
@@ -349,17 +359,46 @@ class JournalWriter:
         self._allocated = new_end
 
     def _open(self, journal_id: int) -> None:
+        """Create journal `journal_id` and make it current; on OSError nothing changed (a file that could
+        not take its header is removed: replay would refuse a cut one)."""
         directory = self.settings.directory
         path = directory / jf.journal_file_name(journal_id)
-        fd = os.open(path, _OPEN_FLAGS, 0o644)
         header = jf.encode_header(JOURNAL_VERSION)
-        self._fd, self.journal_id = fd, journal_id
-        self._allocated = 0
-        self._allocate(len(header))
-        os.pwrite(fd, header, 0)
+        fd = os.open(path, _OPEN_FLAGS, 0o644)
+        try:
+            reserve(fd, 0, self._prealloc)  # best effort, as _allocate
+            write_all(fd, [header], 0)
+            directory_fd = os.open(directory, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            os.close(fd)
+            path.unlink(missing_ok=True)
+            raise
+        self._fd, self.journal_id, self._directory_fd = fd, journal_id, directory_fd
+        self._allocated = self._prealloc
         self._position = self._written = len(header)
-        self._directory_fd = os.open(directory, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         log.info("journal %s opened", path)
+
+    def reopen(self) -> bool:
+        """After a failure for lack of space: go on in a new journal file (the next id), once the sync
+        thread has delivered everything it had. The failed file keeps its whole records (replay ends it
+        at its last one); the adds whose records never reached it were never acknowledged, and the
+        tokens queued since the failure are given up as lost. False while that is not possible yet."""
+        if self.failed is None or self._stopped is not None or self._in_sync:
+            return False
+        old_fd = self._fd
+        try:
+            self._open(self.journal_id + 1)
+        except OSError as exc:
+            log.info("journal still cannot take a new file: %s", exc)
+            return False
+        if old_fd >= 0:
+            os.close(old_fd)
+        lost, self._group, self._iov = self._group.tokens, _Group(), []
+        if lost:
+            self._on_failure(self.failed, lost)
+        log.warning("journal %s: adds are journaled again after %s", self.path, self.failed)
+        self.failed = None
+        return True
 
     def _fail(self, exc: OSError, lost: list[object]) -> None:
         """The journal is broken for good (until restart); `lost` tokens will never be delivered."""
@@ -371,6 +410,7 @@ class JournalWriter:
     # --- sync thread results (reactor thread) ---------------------------------------------------
 
     def _delivered(self, batch: SyncBatch) -> None:
+        self._in_sync -= batch.requests
         if batch.error is not None:
             self._fail(batch.error, batch.tokens)
         else:

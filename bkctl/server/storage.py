@@ -61,6 +61,7 @@ _EFENCED: Final = int(ReturnCode.EFENCED)
 _EREADONLY: Final = int(ReturnCode.EREADONLY)
 _EIO: Final = int(ReturnCode.EIO)
 _ENOLEDGER: Final = int(ReturnCode.ENOLEDGER)
+_NO_SPACE: Final = (errno.ENOSPC, errno.EDQUOT)  # a journal failing with these reopens once there is room
 _ENOENTRY: Final = int(ReturnCode.ENOENTRY)
 _LAST_ENTRY_ID: Final = -1
 _ENTRY_SIZE_MIN: Final = _KEY.size  # a stored entry starts with its ledger and entry ids
@@ -759,6 +760,22 @@ class Storage:
             if self._active and self._stopping is None:
                 # Entries a failed checkpoint left in the write cache go to the entry log now.
                 self._checkpoint_logged()
+        if self._journal_broken:
+            self._reopen_journals()
+
+    def _reopen_journals(self) -> None:
+        """Journals that failed for lack of space go on in new files once their disk is under the
+        low-water mark, and adds are taken again (Java's bookie shuts down instead). Any other error (EIO:
+        a failing disk) keeps the bookie read-only until an operator restarts it."""
+        lwm = self.config.disk_usage_lwm_threshold
+        for journal, directory in zip(self._journals, self._journal_currents, strict=True):
+            failed = journal.failed
+            if failed is not None and failed.errno in _NO_SPACE and _disk_usage(directory) < lwm:
+                journal.reopen()
+        if all(journal.failed is None for journal in self._journals):
+            self._journal_broken = False
+            self._refresh_refusal()
+            log.warning("every journal is writable again: adds are accepted")
 
     def _journal_failed(self, exc: OSError, lost: list[object]) -> None:
         """A journal write or fdatasync failed: refuse adds (EIO) and drop the connections whose adds

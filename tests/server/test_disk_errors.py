@@ -1,5 +1,6 @@
 """ENOSPC inside the storage engine, on real size-limited tmpfs mounts (root, as in CI; a refused mount
-fails the test): a failed journal write never acknowledges its adds, a failed checkpoint never moves
+fails the test): a failed journal write never acknowledges its adds (and the journal goes on in a new
+file once there is room), a failed checkpoint never moves
 lastMark and keeps its entries readable, a short index write is an error, not a silent half page."""
 
 from __future__ import annotations
@@ -103,6 +104,38 @@ async def test_failed_journal_write_never_acks_its_adds(tmp_path: Path) -> None:
         os.unlink(jdisk / "filler")
         again = storage_on(tmp_path, Durable(), journal_dirs=(jdisk / "journal",))
         assert_readable(again, 1, range(10))
+        await again.stop()
+
+
+@twisted_test
+async def test_a_journal_full_for_lack_of_space_goes_on_in_a_new_file_once_there_is_room(
+    tmp_path: Path,
+) -> None:
+    """Java's bookie shuts down when its journal cannot write; bkctl's stays read-only, serving reads,
+    and takes adds again by itself once space is freed (a new journal file, the next id); a kill -9
+    then replays both files: nothing acknowledged before or after is lost."""
+    durable, lost = Durable(), Lost()
+    with tmpfs(tmp_path / "jdisk", "4m") as jdisk:
+        journal_dir = jdisk / "journal"
+        storage = storage_on(tmp_path, durable, lost, journal_dirs=(journal_dir,))
+        await add_durably(storage, durable, 1, 10)
+        filler = fill(jdisk)
+        assert add(storage, 1, 10, b"x" * (2 << 20)) == EOK  # past the preallocation: ENOSPC
+        await wait_until(lambda: storage.read_only)
+        storage.check_disk_usage()  # still full: stays read-only
+        assert storage.read_only and add(storage, 1, 11) != EOK
+        filler.unlink()
+        storage.check_disk_usage()
+        assert not storage.read_only
+        assert len(list((journal_dir / "current").glob("*.txn"))) == 2
+        for entry_id in range(11, 21):
+            assert add(storage, 1, entry_id) == EOK
+        await wait_until(lambda: all((1, e) in durable.tokens for e in range(11, 21)))
+        assert lost.tokens == [(1, 10)]
+        abandon(storage)  # kill -9: nothing checkpointed, both journals replayed
+        again = storage_on(tmp_path, Durable(), journal_dirs=(journal_dir,))
+        assert_readable(again, 1, range(10))
+        assert_readable(again, 1, range(11, 21))
         await again.stop()
 
 
