@@ -13,6 +13,7 @@ import typer
 
 from bkctl.commands.options import MetadataOption, Problems, open_layout
 from bkctl.commands.output import OutputOption, message, resolve, write_mapping
+from bkctl.commands.running import run_until_stopped
 from bkctl.errors import BkctlError, NotFoundError
 
 app = typer.Typer(
@@ -204,7 +205,7 @@ def run_daemon(
 
         reactor.callWhenRunning(lambda: daemon.start().addCallbacks(started, failed))
         reactor.addSystemEventTrigger("before", "shutdown", daemon.stop)
-        reactor.run()
+        run_until_stopped(reactor)
     if failure:
         raise failure[0] if isinstance(failure[0], BkctlError) else BkctlError(str(failure[0]))
     message(f"autorecovery daemon {daemon_id} stopped")

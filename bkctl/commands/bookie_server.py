@@ -16,7 +16,7 @@ import typer
 from bkctl.commands.bookie import app
 from bkctl.commands.options import MetadataOption, confirm
 from bkctl.commands.output import Column, OutputFormat, OutputOption, message, resolve, write_json, write_rows
-from bkctl.commands.running import freeze_heap
+from bkctl.commands.running import freeze_heap, run_until_stopped
 from bkctl.errors import BkctlError, UsageError
 
 if TYPE_CHECKING:
@@ -192,7 +192,7 @@ def _run(config: BookieConfig, uri: str, port_file: Path | None, autorecovery: d
 
     reactor.callWhenRunning(begin)
     reactor.addSystemEventTrigger("before", "shutdown", stop)
-    reactor.run()
+    run_until_stopped(reactor)
     if failure:
         error = failure[0]
         if isinstance(error, BkctlError | KeyboardInterrupt):

@@ -116,3 +116,24 @@ class interruptible:
             return
         self.requested = True
         message("bkctl: interrupted: waiting for the adds in flight (Ctrl-C again to stop at once)")
+
+
+def run_until_stopped(reactor: Any) -> None:
+    """`reactor.run()` for the long-running commands (bookie, autorecovery, sandbox): SIGINT or SIGTERM
+    stops it; more of them while it shuts down (a second Ctrl-C, a supervisor's SIGTERM after a shell's)
+    are taken as the same request, not each printed as a ReactorNotRunning traceback."""
+    from twisted.internet.error import ReactorNotRunning
+
+    def stop_once() -> None:
+        with contextlib.suppress(ReactorNotRunning):
+            reactor.stop()
+
+    def on_signal(_signum: int, _frame: object) -> None:
+        reactor.callFromThread(stop_once)
+
+    def install() -> None:  # after Twisted's own handlers, which reactor.run installs
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, on_signal)
+
+    reactor.callWhenRunning(install)
+    reactor.run()

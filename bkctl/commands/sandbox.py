@@ -17,6 +17,7 @@ import typer
 
 from bkctl import limits
 from bkctl.commands.output import OutputFormat, OutputOption, message, resolve, write_mapping, write_text
+from bkctl.commands.running import run_until_stopped
 from bkctl.errors import BkctlError
 
 if TYPE_CHECKING:
@@ -147,7 +148,7 @@ class _Sandbox:
             self.children, self.child_ids = start_children(self.root, self.uri, self.count, self.base_port)
         reactor.callWhenRunning(lambda: self._go().addErrback(self._failed))
         reactor.addSystemEventTrigger("before", "shutdown", self._stop_all)
-        reactor.run()
+        run_until_stopped(reactor)
         if self.failure:
             error = self.failure[0]
             if isinstance(error, BkctlError):
