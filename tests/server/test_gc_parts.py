@@ -114,7 +114,8 @@ def test_live_records_are_those_the_index_names(
         batches.append(batch)
     assert records.error is None
     assert _moved(batches) == kept
-    assert records.scanned == 12
+    # The dead record after the last live one is not looked at, unless the generic scanner took over.
+    assert records.scanned == (12 if chunk < 1024 else 11)
 
 
 def test_live_records_stop_at_corrupt_data(tmp_path: Path) -> None:
@@ -143,7 +144,7 @@ def test_scan_child_process_answers_as_the_in_process_scan(tmp_path: Path) -> No
         batches = []
         while (batch := child.next_batch()) is not None:
             batches.append(batch)
-        assert child.error is None and child.scanned == 12
+        assert child.error is None and child.scanned == 11  # not the dead record after the last live one
         assert sorted(_moved(batches)) == sorted(kept)  # grouped by ledger in each batch
         data = bytearray(log.read_bytes())
         data[1024 + 4 + 116 : 1024 + 8 + 116] = (7).to_bytes(4, "big")
@@ -215,3 +216,40 @@ def test_write_out_leaves_the_bytes_as_written(tmp_path: Path) -> None:
         assert os.pread(fd, len(data) + 1, 0) == data
     finally:
         os.close(fd)
+
+
+def _drain(records: Any) -> list[Any]:
+    batches = []
+    while (batch := records.next_batch(batch_bytes=500)) is not None:
+        batches.append(batch)
+    return batches
+
+
+def test_only_the_live_runs_are_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs of live records far apart: the dead records between them are never looked at (a log 20%
+    live costs 20% of its reads), and what is copied is the same."""
+    from bkctl.server import gc
+
+    monkeypatch.setattr(gc, "RUN_GAP", 0)  # every live record its own run: each dead one is skipped
+    log, paths, kept = _log_and_index(tmp_path, 0)
+    records = gc.LiveRecords(5, log, paths)
+    assert _moved(_drain(records)) == kept
+    assert records.error is None and records.scanned == len(kept) == records.copied == 9
+
+
+def test_a_slot_naming_no_record_keeps_the_log(tmp_path: Path) -> None:
+    """An index slot pointing into the middle of a record (a damaged index file): the walk goes back to
+    every record from before it, and since that record is never found the log must not be removed."""
+    from bkctl.protocol import entrylog_format as ef
+    from bkctl.protocol import index_format as ixf
+    from bkctl.server import gc
+
+    log, paths, kept = _log_and_index(tmp_path, 0)
+    index = bytearray(paths[2].read_bytes())
+    slot = ixf.slot_offset(4)  # ledger 2 entry 4, live: now names an offset inside another record
+    index[slot : slot + 8] = ef.entry_location(5, 2000).to_bytes(8, "big")
+    paths[2].write_bytes(bytes(index))
+    records = gc.LiveRecords(5, log, paths)
+    moved = _moved(_drain(records))
+    assert records.error is not None and "1 of the 9 records" in records.error
+    assert moved == [k for k in kept if k[:2] != (2, 4)]
