@@ -136,6 +136,7 @@ class _Sandbox:
         self.children: list[Any] = []
         self.child_ids: list[str] = []
         self.failure: list[BaseException] = []
+        self.stopping = False  # Ctrl-C / SIGTERM seen: what is still starting gives up
 
     def run(self) -> None:
         from twisted.internet import reactor as the_reactor
@@ -162,6 +163,8 @@ class _Sandbox:
         return defer.ensureDeferred(self._start_and_maybe_demo())
 
     def _failed(self, failure: Any) -> None:
+        if self.stopping:
+            return  # a start cut short by Ctrl-C / SIGTERM: the stop, not a failure
         self.failure.append(failure.value)
         if self.reactor.running:
             self.reactor.stop()
@@ -174,6 +177,8 @@ class _Sandbox:
         self._announce(ids)
         if self.autorecovery:
             await self._start_autorecovery()
+        if self.stopping:
+            return
         if self.children:
             from bkctl.commands.sandbox_procs import Supervisor
 
@@ -196,7 +201,11 @@ class _Sandbox:
         from bkctl.recovery.daemon import autorecovery_daemon
         from bkctl.recovery.worker import WorkerConfig
 
-        self.daemon_store = await threads.deferToThread(open_store, self.uri)
+        store = await threads.deferToThread(open_store, self.uri)
+        if self.stopping:  # stopped while the store opened: _stop_all has nothing of it to close
+            await threads.deferToThread(store.close)
+            return
+        self.daemon_store = store
         # A sandbox is for seeing it work: an open ledger's writer gets 5 s, not Java's 30.
         config = WorkerConfig(open_ledger_grace_s=5.0, poll_interval_s=0.5)
         self.daemon = autorecovery_daemon(
@@ -248,6 +257,7 @@ class _Sandbox:
     def _stop_all(self) -> Any:
         from twisted.internet import defer, threads
 
+        self.stopping = True
         if self.supervisor is not None:
             self.supervisor.stop()  # before the children get SIGTERM: their exits are no deaths
         # The daemon first: it would take the bookies going away for failures to repair.
