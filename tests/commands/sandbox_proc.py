@@ -69,17 +69,75 @@ def _drain(stream: object, sink: list[str]) -> None:
 def bkctl(
     *args: str, metadata: str | None = None, stdin: str | None = None, timeout_s: float = COMMAND_S
 ) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ}
-    env.pop("BKCTL_OUTPUT", None)
-    if metadata is not None:
-        env["BKCTL_METADATA"] = metadata
     return subprocess.run(
         [sys.executable, "-m", "bkctl", *args],
         cwd=REPO,
         input=stdin if stdin is not None else "",
         capture_output=True,
         text=True,
-        env=env,
+        env=_env(metadata),
         timeout=timeout_s,
         check=False,
     )
+
+
+def bkctl_all(
+    commands: list[list[str]], metadata: str | None = None, timeout_s: float = COMMAND_S
+) -> list[subprocess.CompletedProcess[str]]:
+    """`bkctl` of each argument list, all at once (each interpreter's start is most of a short
+    command's time); their results in order."""
+    env = _env(metadata)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "bkctl", *args],
+            cwd=REPO,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for args in commands
+    ]
+    done = []
+    deadline = time.monotonic() + timeout_s
+    for args, proc in zip(commands, procs, strict=True):
+        try:
+            out, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for other in procs:
+                other.kill()
+            raise
+        done.append(subprocess.CompletedProcess([*args], proc.returncode, out, err))
+    return done
+
+
+def _env(metadata: str | None) -> dict[str, str]:
+    env = {**os.environ}
+    env.pop("BKCTL_OUTPUT", None)
+    if metadata is not None:
+        env["BKCTL_METADATA"] = metadata
+    return env
+
+
+def naming(uri: str, ledgers: list[int], bookie: str) -> int:
+    """How many of `ledgers` still name `bookie` (read straight from the metadata store: fast to poll)."""
+    from bkctl.metadata.layout import Layout
+    from bkctl.metadata.stores import open_store
+
+    with open_store(uri) as store:
+        found = Layout(store).read_ledgers(ledgers)
+        return sum(1 for _, md in found if any(bookie in s.ensemble for s in md.segments))
+
+
+def assert_fully_replicated(uri: str, ledgers: list[int]) -> None:
+    """`ledger check --full` of every ledger (all at once) is exit 0: every entry on every bookie."""
+    checks = bkctl_all([["ledger", "check", str(ledger), "--full", "-o", "json"] for ledger in ledgers], uri)
+    for check in checks:
+        assert check.returncode == 0, (check.args, check.stdout, check.stderr)
+
+
+def write_ledgers(uri: str, count: int, entries: int, size: int) -> list[int]:
+    """`count` closed ledgers written at once by `bkctl ledger write`; their ids."""
+    command = ["ledger", "write", "--entries", str(entries), "--size", str(size), "-o", "json"]
+    return [json.loads(write.stdout)["ledger_id"] for write in bkctl_all([command] * count, uri)]

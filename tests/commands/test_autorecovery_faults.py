@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.commands.sandbox_proc import Sandbox, bkctl
+from tests.commands.sandbox_proc import Sandbox, assert_fully_replicated, bkctl, naming, write_ledgers
 from tests.commands.test_sandbox_supervision import bookie_pids, until
 from tests.conftest import REPO
 
@@ -42,14 +42,7 @@ def test_a_worker_killed_mid_copy_is_finished_by_the_other(tmp_path: Path) -> No
         ready = sandbox.wait_ready()
         uri = str(ready["metadata_uri"])
         bookies = list(ready["bookies"])  # type: ignore[call-overload]
-        ledgers = [
-            json.loads(
-                bkctl(
-                    "ledger", "write", "--entries", "4000", "--size", "1000", "-o", "json", metadata=uri
-                ).stdout
-            )["ledger_id"]
-            for _ in range(10)
-        ]
+        ledgers = write_ledgers(uri, 10, 4000, 1000)
         daemons = {name: daemon(uri, name) for name in ("10.0.0.1:1", "10.0.0.2:1")}
         until(
             lambda: json.loads(bkctl("autorecovery", "status", "-o", "json", metadata=uri).stdout)[
@@ -69,10 +62,7 @@ def test_a_worker_killed_mid_copy_is_finished_by_the_other(tmp_path: Path) -> No
             count = json.loads(
                 bkctl("underreplicated", "list", "--count", "-o", "json", metadata=uri).stdout
             )["count"]
-            return count == 0 and all(
-                dead not in bkctl("ledger", "inspect", str(i), "-o", "json", metadata=uri).stdout
-                for i in ledgers
-            )
+            return count == 0 and naming(uri, ledgers, dead) == 0
 
         # Copies are quick: the locks may all be gone between two looks; then there is nothing to kill.
         until(lambda: someone_copying() is not None or healed(), "a worker holding a lock")
@@ -84,8 +74,7 @@ def test_a_worker_killed_mid_copy_is_finished_by_the_other(tmp_path: Path) -> No
             info = json.loads(bkctl("ledger", "inspect", str(ledger), "-o", "json", metadata=uri).stdout)
             for segment in info["segments"]:
                 assert len(set(segment["ensemble"])) == len(segment["ensemble"]), segment  # no duplicate
-            check = bkctl("ledger", "check", str(ledger), "--full", "-o", "json", metadata=uri)
-            assert check.returncode == 0, check.stdout
+        assert_fully_replicated(uri, ledgers)
     finally:
         for proc in daemons.values():
             if proc.poll() is None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from bkctl.errors import ExitCode
-from tests.commands.sandbox_proc import Sandbox, bkctl
+from tests.commands.sandbox_proc import Sandbox, assert_fully_replicated, bkctl, naming, write_ledgers
 from tests.commands.test_sandbox_supervision import bookie_pids, until
 from tests.conftest import REPO
 
@@ -36,22 +36,10 @@ def recover(uri: str, bookie: str, *args: str) -> subprocess.Popen[str]:
     )  # fmt: skip
 
 
-def naming(uri: str, ledgers: list[int], bookie: str) -> int:
-    """How many of `ledgers` still name `bookie` (read straight from the metadata store: fast to poll)."""
-    from bkctl.metadata.layout import Layout
-    from bkctl.metadata.stores import open_store
-
-    with open_store(uri) as store:
-        found = Layout(store).read_ledgers(ledgers)
-        return sum(1 for _, md in found if any(bookie in s.ensemble for s in md.segments))
-
-
 def assert_healed(uri: str, ledgers: list[int], dead: set[str]) -> None:
-    for ledger in ledgers:
-        info = json.loads(bkctl("ledger", "inspect", str(ledger), "-o", "json", metadata=uri).stdout)
-        assert not any(b in dead for s in info["segments"] for b in s["ensemble"]), info
-        check = bkctl("ledger", "check", str(ledger), "--full", "-o", "json", metadata=uri)
-        assert check.returncode == 0, check.stdout
+    for bookie in dead:
+        assert naming(uri, ledgers, bookie) == 0, bookie
+    assert_fully_replicated(uri, ledgers)
 
 
 def test_killed_mid_run_then_again_and_two_at_once(tmp_path: Path) -> None:
@@ -62,14 +50,7 @@ def test_killed_mid_run_then_again_and_two_at_once(tmp_path: Path) -> None:
     try:
         ready = sandbox.wait_ready()
         uri, bookies = str(ready["metadata_uri"]), list(ready["bookies"])  # type: ignore[call-overload]
-        ledgers = [
-            json.loads(
-                bkctl(
-                    "ledger", "write", "--entries", "3000", "--size", "1000", "-o", "json", metadata=uri
-                ).stdout
-            )["ledger_id"]
-            for _ in range(12)
-        ]
+        ledgers = write_ledgers(uri, 12, 3000, 1000)
         kill_bookie(root, uri, bookies[0])
         slow = recover(uri, bookies[0], "--rate", "1", "--parallel", "1")  # ~1 MB/s: still copying at 2 s
         time.sleep(2.0)
