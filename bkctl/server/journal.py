@@ -385,14 +385,15 @@ class JournalWriter:
         tokens queued since the failure are given up as lost. False while that is not possible yet."""
         if self.failed is None or self._stopped is not None or self._in_sync:
             return False
-        old_fd = self._fd
+        old_fd, unsynced_directory = self._fd, self._directory_fd
         try:
             self._open(self.journal_id + 1)
         except OSError as exc:
             log.info("journal still cannot take a new file: %s", exc)
             return False
-        if old_fd >= 0:
-            os.close(old_fd)
+        for fd in (old_fd, unsynced_directory):  # the failed file's: no request of it is left
+            if fd >= 0:
+                os.close(fd)
         lost, self._group, self._iov = self._group.tokens, _Group(), []
         if lost:
             self._on_failure(self.failed, lost)
@@ -401,7 +402,8 @@ class JournalWriter:
         return True
 
     def _fail(self, exc: OSError, lost: list[object]) -> None:
-        """The journal is broken for good (until restart); `lost` tokens will never be delivered."""
+        """The journal is broken until `reopen` (lack of space) or a restart; `lost` tokens will never be
+        delivered."""
         if self.failed is None:
             self.failed = exc
             log.error("journal %s failed: %s; no more adds are acknowledged", self.path, exc)
