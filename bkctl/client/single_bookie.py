@@ -3,6 +3,7 @@ so an operator sees exactly what that bookie holds."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING
@@ -89,14 +90,10 @@ def entries_held(handle: LedgerHandle, bookie: str) -> Deferred[Holdings | None]
     done: Deferred[Holdings | None] = Deferred()
 
     def answer(rc: int, body: bytes) -> None:
-        held = None
-        if rc == _ENOLEDGER:
-            held = Holdings([])
-        elif rc == _EOK:
-            try:
+        held = Holdings([]) if rc == _ENOLEDGER else None
+        if rc == _EOK:
+            with contextlib.suppress(ProtocolError):  # undecodable: judged by the reads alone
                 held = Holdings(entry_availability.decode(body))
-            except ProtocolError:
-                held = None
         done.callback(held)
 
     handle.client.bookies.v3(bookie).entries_of_ledger(handle.ledger_id, answer)

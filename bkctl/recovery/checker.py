@@ -112,8 +112,14 @@ async def _in_between(
     holdings = held[fragment.bookie]
     if holdings is None:
         return FragmentState(fragment)
-    missing = [entry_id for entry_id in fragment.entries() if entry_id not in holdings]
+    missing = await handle.client.in_thread(_not_held, fragment, holdings)
     return FragmentState(fragment, MISSING, missing) if missing else FragmentState(fragment)
+
+
+def _not_held(fragment: Fragment, holdings: Holdings) -> list[int]:
+    """The fragment's entries its bookie does not list: a loop per entry (a fragment may have millions),
+    so in a pool thread, off the reactor the auditor and the worker share."""
+    return [entry_id for entry_id in fragment.entries() if entry_id not in holdings]
 
 
 def _state(fragment: Fragment, failures: list[tuple[int, str]]) -> FragmentState:

@@ -11,6 +11,7 @@ with one `callFromThread`; only then are the batch's tokens given to `on_durable
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import struct
@@ -32,6 +33,7 @@ log = logging.getLogger("bkctl.bookie")
 JOURNAL_VERSION: Final = jf.VERSION_MAX
 _INT32: Final = struct.Struct(">i")
 _OPEN_FLAGS: Final = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+_NO_SPACE: Final = (errno.ENOSPC, errno.EDQUOT)  # failures `reopen` can go on from
 
 Mark = tuple[int, int]  # (journal id, offset): a position in the journal, as lastMark stores it
 
@@ -379,11 +381,13 @@ class JournalWriter:
         log.info("journal %s opened", path)
 
     def reopen(self) -> bool:
-        """After a failure for lack of space: go on in a new journal file (the next id), once the sync
-        thread has delivered everything it had. The failed file keeps its whole records (replay ends it
-        at its last one); the adds whose records never reached it were never acknowledged, and the
-        tokens queued since the failure are given up as lost. False while that is not possible yet."""
-        if self.failed is None or self._stopped is not None or self._in_sync:
+        """After a failure for lack of space (any other error stays: a failing disk), go on in a new
+        journal file (the next id), once the sync thread has delivered everything it had. The failed
+        file keeps its whole records (replay ends it at its last one); the adds whose records never
+        reached it were never acknowledged, and the tokens queued since the failure are given up as
+        lost. False while that is not possible yet."""
+        failed = self.failed
+        if failed is None or failed.errno not in _NO_SPACE or self._stopped is not None or self._in_sync:
             return False
         old_fd, unsynced_directory = self._fd, self._directory_fd
         try:
@@ -396,8 +400,8 @@ class JournalWriter:
                 os.close(fd)
         lost, self._group, self._iov = self._group.tokens, _Group(), []
         if lost:
-            self._on_failure(self.failed, lost)
-        log.warning("journal %s: adds are journaled again after %s", self.path, self.failed)
+            self._on_failure(failed, lost)
+        log.warning("journal %s: adds are journaled again after %s", self.path, failed)
         self.failed = None
         return True
 

@@ -61,7 +61,6 @@ _EFENCED: Final = int(ReturnCode.EFENCED)
 _EREADONLY: Final = int(ReturnCode.EREADONLY)
 _EIO: Final = int(ReturnCode.EIO)
 _ENOLEDGER: Final = int(ReturnCode.ENOLEDGER)
-_NO_SPACE: Final = (errno.ENOSPC, errno.EDQUOT)  # a journal failing with these reopens once there is room
 _ENOENTRY: Final = int(ReturnCode.ENOENTRY)
 _LAST_ENTRY_ID: Final = -1
 _ENTRY_SIZE_MIN: Final = _KEY.size  # a stored entry starts with its ledger and entry ids
@@ -769,8 +768,7 @@ class Storage:
         a failing disk) keeps the bookie read-only until an operator restarts it."""
         lwm = self.config.disk_usage_lwm_threshold
         for journal, directory in zip(self._journals, self._journal_currents, strict=True):
-            failed = journal.failed
-            if failed is not None and failed.errno in _NO_SPACE and _disk_usage(directory) < lwm:
+            if journal.failed is not None and _disk_usage(directory) < lwm:
                 journal.reopen()
         if all(journal.failed is None for journal in self._journals):
             self._journal_broken = False
