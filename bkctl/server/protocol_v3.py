@@ -6,8 +6,10 @@ connection has a `V3Requests` for its v3 frames. Answers follow Java 4.14's proc
 and txnId; the frame's status and the operation message's status are the same; AUTH and unknown
 operations echo the request's header.
 
-Adds take `wire_v3.match_add` (one regular expression, no protobuf objects) and reply through Storage's
-on_durable token exactly like v2 adds, answered with the request's raw varints (`add_reply`). Unlike Java:
+Java-shaped adds take `wire_v3.v3_add` in `BookieProtocol._frames`, next to the v2 add (one C call where
+`bkctl/protocol/_fastadd.c` was built, else `match_add`'s regular expression and `add_reply`; no protobuf
+objects either way), and reply through Storage's on_durable token exactly like v2 adds, answered with the
+request's raw varints; other adds take `_add_request`, with the same answers. Unlike Java:
 - DEFERRED_SYNC adds are acknowledged after the fsync like the others (stronger, never weaker).
 - Priority orders nothing (one reactor thread answers in arrival order); a read-only bookie takes the
   adds flagged RECOVERY_ADD, which Java's clients always send with high priority.
@@ -17,7 +19,6 @@ on_durable token exactly like v2 adds, answered with the request's raw varints (
 from __future__ import annotations
 
 import logging
-import struct
 import time
 from collections.abc import Callable
 from functools import partial
@@ -26,7 +27,6 @@ from typing import TYPE_CHECKING, Any, Final
 from bkctl.errors import ProtocolError
 from bkctl.netio import write_now
 from bkctl.protocol import wire, wire_v3
-from bkctl.protocol.protobuf import encode_varint
 from bkctl.protocol.wire_v3 import Operation, OperationType, StatusCode, V3Request
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ _ENOENTRY: Final = int(wire.ReturnCode.ENOENTRY)
 # v2 return code (what Storage answers) -> the v3 status of the same meaning.
 STATUS_OF_RC: Final = {int(wire.ReturnCode[s.name]): int(s) for s in StatusCode}
 _LAST_ENTRY: Final = wire.LAST_ENTRY_ID
-_ENTRY_IDS: Final = struct.Struct(">qq")  # a packaged entry starts with its ledger and entry ids
+_ENTRY_IDS: Final = wire_v3.ENTRY_IDS
 _S = StatusCode
 
 
@@ -82,29 +82,19 @@ class V3Requests:
     # --- dispatch -------------------------------------------------------------------------------
 
     def frame(self, buffer: bytearray, start: int, end: int) -> None:
-        """One v3 frame payload, buffer[start:end]. Undecodable protobuf raises ProtocolError (the
+        """One v3 frame payload, buffer[start:end], but a Java-shaped add (`BookieProtocol._frames` takes
+        those, the hot path, through `wire_v3.v3_add`). Undecodable protobuf raises ProtocolError (the
         connection closes: its stream cannot be trusted); a decodable but wrong request gets EBADREQ."""
-        add = wire_v3.match_add(buffer, start, end)
-        if add is not None:
-            # A Java-shaped add, the hot path (inline, no call but the storage's): stored under the
-            # entry's own ids, as Java does, answered from the request's raw varints.
-            txn_raw, ledger_raw, entry_raw, master_key, body_start, body_end, recovery = add
-            connection = self.connection
-            ledger_id, entry_id = _ENTRY_IDS.unpack_from(buffer, body_start)
-            reply = wire_v3.add_reply(txn_raw, ledger_raw, entry_raw)
-            entry = buffer[body_start:body_end]
-            rc = self.storage.add(ledger_id, entry_id, master_key, entry, recovery, (connection, reply))
-            if rc == _EOK:
-                connection.pending += 1
-            else:
-                status = encode_varint(status_of(rc))
-                connection.queue(wire_v3.add_reply(txn_raw, ledger_raw, entry_raw, status))
-            return
         try:
             request = wire_v3.decode_v3_request(bytes(buffer[start:end]))
         except ProtocolError as exc:
             raise ProtocolError(f"undecodable v3 request: {exc}") from None
         self.request(request, end - start)
+
+    def refused_add(self, buffer: bytearray, start: int, end: int, rc: int) -> None:
+        """The storage refused a Java-shaped add, buffer[start:end]: its answer with Java's status (rare,
+        so made in Python from the request's raw varints)."""
+        self.connection.queue(wire_v3.refused_add_reply(buffer, start, end, status_of(rc)))
 
     def request(self, request: V3Request, size: int) -> None:
         """A decoded request (`size`: its payload's bytes) that is not a Java-shaped add."""
