@@ -204,8 +204,9 @@ class BookieProtocol(protocol.Protocol):
     def close(self) -> None:
         """Close after what is queued, with a TLS close_notify first on a TLS connection."""
         channel = self.tls
-        if channel is not None and channel.handshake_done:
-            write_now(self._transport, [channel.close()])
+        close_notify = channel.close() if channel is not None and channel.handshake_done else b""
+        if close_notify:
+            write_now(self._transport, [close_notify])
         self._transport.loseConnection()
 
     def send(self, chunks: list[bytes]) -> None:
