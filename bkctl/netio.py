@@ -8,9 +8,11 @@ was a visible share of the CPU and of the latency. When nothing is queued in the
 chunks go straight to the socket (it is non-blocking); only what the kernel does not take is queued,
 so the bytes keep their order and Twisted's flow control still sees every byte it has to hold.
 
-Used by `server/` and `client/`; it reads Twisted's FileDescriptor buffer fields (`dataBuffer`,
+Used by `server/` and `client/`, for plaintext and for TLS ciphertext alike (bkctl/tls_channel.py
+encrypts above the transport); it reads Twisted's FileDescriptor buffer fields (`dataBuffer`,
 `_tempDataLen`, `_writeDisconnected`, `TLS`) and falls back to `writeSequence` whenever they say anything
-is pending or the transport is not a plain connected TCP socket (a TLS one included).
+is pending or the transport is not a plain connected TCP socket (one switched by Twisted's `startTLS`
+included: bkctl no longer does that, but plaintext must never reach such a socket).
 """
 
 from __future__ import annotations

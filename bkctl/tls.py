@@ -1,5 +1,6 @@
 """TLS between clients and bookies: settings from BookKeeper's configuration keys (PEM files only) and
-the OpenSSL contexts each side hands to Twisted's `startTLS` once the v3 START_TLS exchange succeeded.
+the standard library's `ssl.SSLContext` each side's TlsChannel (bkctl/tls_channel.py) wraps once the
+v3 START_TLS exchange succeeded.
 
 What Java BookKeeper 4.14.8 does (TLSContextFactory), and so what bkctl does:
 - TLS is on when `tlsProviderFactoryClass` is set. A bookie with it answers START_TLS with EOK and
@@ -12,19 +13,20 @@ What Java BookKeeper 4.14.8 does (TLSContextFactory), and so what bkctl does:
   it presents its own `tlsCertificatePath` + `tlsKeyStore`.
 - After the upgrade the connection carries whichever protocol the client speaks: v2 frames are fine.
 
-Configuration code plus pyOpenSSL and one Twisted interface, both imported lazily (`bkctl --help` stays
-fast).
+Configuration code; `ssl` is imported where a context is built (`bkctl --help` stays fast).
 """
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Final
 
 from bkctl.errors import UsageError
+
+if TYPE_CHECKING:
+    import ssl
 
 JAVA_PROVIDER_FACTORY: Final = "org.apache.bookkeeper.tls.TLSContextFactory"
 BKCTL_PROVIDER_FACTORY: Final = "bkctl.tls"
@@ -143,95 +145,81 @@ def _flag(properties: Mapping[str, str], key: str) -> bool:
     return text == "true"
 
 
-# --- OpenSSL contexts ----------------------------------------------------------------------------------
+# --- the standard library's contexts ------------------------------------------------------------------
 
 
-class ContextFactory:
-    """What Twisted's `startTLS` takes (IOpenSSLContextFactory): one prepared OpenSSL context."""
-
-    def __init__(self, context: Any) -> None:
-        from twisted.internet.interfaces import IOpenSSLContextFactory
-        from zope.interface import directlyProvides
-
-        # Declared on the instance: importing Twisted at module level would slow down `bkctl --help`.
-        directlyProvides(self, IOpenSSLContextFactory)
-        self._context = context
-
-    def getContext(self) -> Any:
-        return self._context
-
-
-def server_context(settings: TlsSettings) -> ContextFactory:
+def server_context(settings: TlsSettings) -> ssl.SSLContext:
     """The bookie's side: its certificate and key; with client_auth, a client certificate is required."""
-    from OpenSSL import SSL
+    import ssl
 
-    context = _context(SSL.TLS_SERVER_METHOD)
+    context = _context(ssl.PROTOCOL_TLS_SERVER)
     _load_identity(context, settings)
     if settings.client_auth:
         assert settings.trust_path is not None  # server_settings checked it
         _load_trust(context, settings.trust_path)
-        context.set_verify(SSL.VERIFY_PEER | SSL.VERIFY_FAIL_IF_NO_PEER_CERT, None)
-    return ContextFactory(context)
+        context.verify_mode = ssl.CERT_REQUIRED  # no certificate, or one not from the trust store: refused
+    return context
 
 
-def client_context(settings: TlsSettings, host: str) -> ContextFactory:
-    """The client's side for one bookie at `host`: the bookie's chain must reach the trust store."""
-    from OpenSSL import SSL
+def client_context(settings: TlsSettings) -> ssl.SSLContext:
+    """The client's side: the bookie's chain must reach the trust store; its host name is checked only
+    with hostname_verification (the channel then passes the host dialled as `server_hostname`, and
+    OpenSSL matches it against the certificate's DNS names, one `*.` label allowed, or IP addresses, as
+    Java's HTTPS endpoint identification does)."""
+    import ssl
 
-    context = _context(SSL.TLS_CLIENT_METHOD)
+    context = _context(ssl.PROTOCOL_TLS_CLIENT)  # verify_mode CERT_REQUIRED
+    context.check_hostname = settings.hostname_verification
     if settings.client_auth:
         _load_identity(context, settings)
     assert settings.trust_path is not None  # client_settings checked it
     _load_trust(context, settings.trust_path)
-    if settings.hostname_verification:
-
-        def verify(_connection: Any, certificate: Any, _errno: int, depth: int, ok: int) -> bool:
-            # OpenSSL has checked the chain (`ok`); the leaf must also name the host we dialled.
-            return bool(ok) and (depth > 0 or names_host(certificate.to_cryptography(), host))
-
-        context.set_verify(SSL.VERIFY_PEER, verify)
-    else:
-        context.set_verify(SSL.VERIFY_PEER, None)
-    return ContextFactory(context)
-
-
-def _context(method: int) -> Any:
-    from OpenSSL import SSL
-
-    context = SSL.Context(method)
-    context.set_min_proto_version(SSL.TLS1_2_VERSION)
-    # Java's TLSContextFactory turns session caching off (sessionCacheSize 0): nothing to resume.
-    context.set_session_cache_mode(SSL.SESS_CACHE_OFF)
     return context
 
 
-def _load_identity(context: Any, settings: TlsSettings) -> None:
-    from OpenSSL import SSL
+def _context(protocol: int) -> ssl.SSLContext:
+    import ssl
+
+    context = ssl.SSLContext(protocol)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    # Nothing to resume, as with Java's TLSContextFactory: no TLS 1.3 tickets, no TLS 1.2 tickets. (The
+    # standard library cannot turn OpenSSL's server-side session-id cache off; bkctl's clients never
+    # offer a session to resume.)
+    if protocol == ssl.PROTOCOL_TLS_SERVER:
+        context.num_tickets = 0
+    context.options |= ssl.OP_NO_TICKET
+    return context
+
+
+def _load_identity(context: ssl.SSLContext, settings: TlsSettings) -> None:
+    import ssl
+
+    from bkctl.tls_channel import describe
 
     assert settings.certificate_path is not None and settings.key_path is not None
     password = _read(settings.key_password_path).strip() if settings.key_password_path else None
-    if password is not None:
-        context.set_passwd_cb(lambda *_: password)
+    certificate = _existing(settings.certificate_path, "tlsCertificatePath")
+    key = _existing(settings.key_path, "tlsKeyStore")
     try:
-        context.use_certificate_chain_file(str(_existing(settings.certificate_path, "tlsCertificatePath")))
-        context.use_privatekey_file(str(_existing(settings.key_path, "tlsKeyStore")))
-        context.check_privatekey()
-    except SSL.Error as exc:
+        context.load_cert_chain(certificate, key, password=password)
+    except ssl.SSLError as exc:
         raise UsageError(
             f"TLS certificate {settings.certificate_path} / key {settings.key_path}: {describe(exc)}"
         ) from None
 
 
-def _load_trust(context: Any, trust_path: Path) -> None:
-    from OpenSSL import SSL
+def _load_trust(context: ssl.SSLContext, trust_path: Path) -> None:
+    import ssl
+
+    from bkctl.tls_channel import describe
 
     # No client-CA list is sent: a peer then offers its certificate whatever CA signed it (Java's key
     # manager skips a certificate whose issuer is not in a non-empty list).
     if b"-----BEGIN CERTIFICATE-----" not in _read(_existing(trust_path, "tlsTrustStore")):
         raise UsageError(f"TLS trust store {trust_path}: no PEM certificate in the file")
     try:
-        context.load_verify_locations(str(trust_path))
-    except SSL.Error as exc:
+        context.load_verify_locations(cafile=trust_path)
+    except ssl.SSLError as exc:
         raise UsageError(f"TLS trust store {trust_path}: {describe(exc)}") from None
 
 
@@ -248,43 +236,6 @@ def _read(path: Path) -> bytes:
         return path.read_bytes()
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc.strerror}") from None
-
-
-def describe(error: BaseException | None) -> str:
-    """An OpenSSL error in a few words (`certificate verify failed`) rather than its tuple list."""
-    if error is None:
-        return "connection closed"
-    details = error.args[0] if error.args else None
-    if isinstance(details, list) and details and all(isinstance(item, tuple) for item in details):
-        reasons = [str(item[-1]) for item in details if item and item[-1]]
-        if reasons:
-            return "; ".join(dict.fromkeys(reasons))
-    return str(error) or type(error).__name__
-
-
-def names_host(certificate: Any, host: str) -> bool:
-    """Whether an X.509 certificate (cryptography's) is for `host`: its subjectAltName DNS names (one
-    leading `*.` label allowed) or IP addresses, as HTTPS endpoint identification (Java's check) does."""
-    from cryptography import x509
-
-    try:
-        names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except x509.ExtensionNotFound:
-        return False
-    try:
-        address = ipaddress.ip_address(host)
-    except ValueError:
-        address = None
-    if address is not None:
-        return address in names.get_values_for_type(x509.IPAddress)
-    wanted = host.lower().rstrip(".")
-    for name in names.get_values_for_type(x509.DNSName):
-        pattern = name.lower().rstrip(".")
-        if pattern == wanted:
-            return True
-        if pattern.startswith("*.") and "." in wanted and wanted.split(".", 1)[1] == pattern[2:]:
-            return True
-    return False
 
 
 # --- the client's settings from bkctl's global options (cli.py puts them in the environment) ------------
@@ -315,5 +266,5 @@ def client_settings_from_env(environ: Mapping[str, str]) -> TlsSettings | None:
     }
     settings = client_settings(properties)
     if settings is not None:
-        client_context(settings, "localhost")
+        client_context(settings)
     return settings

@@ -23,6 +23,7 @@ RANKS = {
     "files": 2,
     "netio": 2,
     "tls": 2,
+    "tls_channel": 2,
     "server": 3,
     "client": 3,
     "recovery": 4,
@@ -41,7 +42,7 @@ CONFINED = {
     "rich": {"commands", "cli"},
     "click": {"commands", "cli"},
     "kazoo": {"metadata"},
-    "twisted": {"server", "client", "recovery", "commands", "metadata", "netio", "tls"},
+    "twisted": {"server", "client", "recovery", "commands", "metadata", "netio"},
 }
 # Pure layers: nothing but the standard library, crc32c and lower bkctl layers.
 PURE_PARTS = {"protocol", "errors", "limits", "model"}

@@ -1,13 +1,14 @@
 """bkctl/tls.py: Java's TLS keys (PEM only), what each side requires, the --tls environment, contexts
-from the test certificates, and host name matching."""
+from the test certificates (host names and error texts: tests/test_tls_channel.py)."""
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 
 from bkctl import tls
 from bkctl.errors import UsageError
@@ -75,7 +76,7 @@ def test_unreadable_or_mismatched_files_are_usage_errors(certs: Certificates, tm
     not_pem = tmp_path / "ca.txt"
     not_pem.write_text("hello")
     with pytest.raises(UsageError, match="no PEM certificate"):
-        tls.client_context(tls.TlsSettings(trust_path=not_pem), "localhost")
+        tls.client_context(tls.TlsSettings(trust_path=not_pem))
 
 
 def test_client_keys_java_names_and_overrides(certs: Certificates) -> None:
@@ -117,16 +118,31 @@ def test_the_tls_options_environment(certs: Certificates) -> None:
         tls.client_settings_from_env({tls.ENV_TLS: "1"})
 
 
-def test_host_names(certs: Certificates) -> None:
-    certificate = x509.load_pem_x509_certificate(certs.bookie.cert.read_bytes())
-    assert tls.names_host(certificate, "localhost") and tls.names_host(certificate, "LOCALHOST.")
-    assert tls.names_host(certificate, "127.0.0.1")
-    assert not tls.names_host(certificate, "127.0.0.2") and not tls.names_host(certificate, "example.com")
-    ca = x509.load_pem_x509_certificate(certs.ca.read_bytes())
-    assert not tls.names_host(ca, "localhost")  # no subjectAltName at all
-
-
-def test_describe_keeps_openssls_reason() -> None:
-    error = Exception([("SSL routines", "", "certificate verify failed")])
-    assert tls.describe(error) == "certificate verify failed"
-    assert tls.describe(None) == "connection closed"
+def test_contexts_as_java_sets_them_up(certs: Certificates, tmp_path: Path) -> None:
+    server = tls.server_context(tls.TlsSettings(certs.bookie.cert, certs.bookie.key, trust_path=certs.ca))
+    assert server.minimum_version == ssl.TLSVersion.TLSv1_2 and server.num_tickets == 0
+    assert server.verify_mode == ssl.CERT_NONE  # no client certificate asked for without client_auth
+    assert server.options & ssl.OP_NO_TICKET
+    required = tls.server_context(
+        tls.TlsSettings(certs.bookie.cert, certs.bookie.key, trust_path=certs.ca, client_auth=True)
+    )
+    assert required.verify_mode == ssl.CERT_REQUIRED
+    client = tls.client_context(tls.TlsSettings(trust_path=certs.ca))
+    assert client.verify_mode == ssl.CERT_REQUIRED and not client.check_hostname
+    assert tls.client_context(tls.TlsSettings(trust_path=certs.ca, hostname_verification=True)).check_hostname
+    # An encrypted key with its password in a file (tlsKeyStorePasswordPath).
+    key = serialization.load_pem_private_key(certs.bookie.key.read_bytes(), None)
+    encrypted = tmp_path / "encrypted.key.pem"
+    encrypted.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"secret"),
+        )
+    )
+    password = tmp_path / "password"
+    password.write_text("secret\n")
+    tls.server_context(tls.TlsSettings(certs.bookie.cert, encrypted, password))
+    password.write_text("wrong\n")
+    with pytest.raises(UsageError, match="TLS certificate"):
+        tls.server_context(tls.TlsSettings(certs.bookie.cert, encrypted, password))

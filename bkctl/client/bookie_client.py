@@ -32,9 +32,7 @@ from typing import Any
 
 from twisted.internet import defer, protocol
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IHandshakeListener
 from twisted.python.failure import Failure
-from zope.interface import implementer
 
 from bkctl import limits
 from bkctl.client.start_tls import ClientUpgrade
@@ -111,11 +109,10 @@ def add_key(ledger_id: int, entry_id: int) -> Key:
     return (_ADD, ledger_id, entry_id)
 
 
-@implementer(IHandshakeListener)
 class _Connection(protocol.Protocol):
     def __init__(self, client: BookieClient) -> None:
         self.client = client
-        self.tls: ClientUpgrade | None = None  # with TLS: START_TLS, then the handshake (client/start_tls.py)
+        self.tls: ClientUpgrade | None = None  # with TLS: START_TLS, the handshake, then the channel
 
     @property
     def socket(self) -> Any:
@@ -127,16 +124,33 @@ class _Connection(protocol.Protocol):
         if self.tls is None:
             self.client._connected(self)
 
-    def handshakeCompleted(self) -> None:
-        assert self.tls is not None
-        self.tls.handshake_done()
-        self.client._connected(self)
-
     def dataReceived(self, data: bytes) -> None:
-        if self.tls is not None and not self.tls.done:
-            self.tls.data_received(data)
-        else:
+        tls = self.tls
+        if tls is None:
             self.client._data_received(self, data)
+        elif tls.done:
+            plaintext = tls.receive(data)
+            if plaintext:
+                self.client._data_received(self, plaintext)
+        else:
+            plaintext = tls.data_received(data)
+            if tls.done:
+                self.client._connected(self)
+                if plaintext:
+                    self.client._data_received(self, plaintext)
+
+    def send(self, chunks: list[bytes]) -> None:
+        """Write requests now (netio.write_now), encrypted first on a TLS connection."""
+        if self.tls is not None:
+            chunks = self.tls.encrypt(chunks)
+        write_now(self.socket, chunks)
+
+    def close(self) -> None:
+        """Close after what is queued (a TLS connection says close_notify first)."""
+        if self.tls is not None:
+            self.tls.close()
+        else:
+            self.socket.loseConnection()
 
     def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:
         if self.tls is not None:
@@ -326,7 +340,7 @@ class BookieClient:
         self._flush_call = None
         if self._connection is not None and self._out:
             out, self._out = self._out, []
-            write_now(self._connection.socket, out)
+            self._connection.send(out)
 
     # --- replies --------------------------------------------------------------------------------
 
@@ -508,7 +522,7 @@ class BookieClient:
     def _connected(self, connection: _Connection) -> None:
         self._connecting = False
         if self._closed:
-            connection.socket.loseConnection()
+            connection.close()
             return
         self._connection = connection
         self._backoff_s = 0.0
@@ -589,7 +603,7 @@ class BookieClient:
             return defer.succeed(None)
         waiter: Deferred[None] = Deferred()
         self._lost_waiters.append(waiter)
-        self._connection.socket.loseConnection()
+        self._connection.close()
         return waiter
 
     def close(self) -> Deferred[None]:

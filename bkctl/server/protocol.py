@@ -17,6 +17,7 @@ registered producer to pause), stops being read until it drains: backpressure, n
 from __future__ import annotations
 
 import logging
+import ssl
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from typing import Any, Final, Protocol
 
 from twisted.internet import protocol
 from twisted.internet.defer import Deferred
-from twisted.internet.interfaces import IHandshakeListener, IPushProducer
+from twisted.internet.interfaces import IPushProducer
 from twisted.python.failure import Failure
 from zope.interface import implementer
 
@@ -35,6 +36,7 @@ from bkctl.netio import write_now
 from bkctl.protocol import wire, wire_v3
 from bkctl.server import start_tls
 from bkctl.server.protocol_v3 import LateReply, V3Requests
+from bkctl.tls_channel import TlsChannel, TlsError
 
 log = logging.getLogger("bkctl.bookie")
 
@@ -134,17 +136,16 @@ def deliver_lost(tokens: list[object]) -> None:
     to other bookies; an add is never acknowledged without its journal record."""
     connections = {token[0] for token in tokens}  # type: ignore[index]
     for connection in connections:
-        transport = connection.transport
-        if transport is not None:
+        if connection.transport is not None:
             log.warning("bookie: closing connection from %s: its adds cannot be journaled", connection.peer)
-            transport.loseConnection()
+            connection.close()
 
 
 def framed(payload: bytes) -> bytes:
     return wire.frame_prefix(len(payload)) + payload
 
 
-@implementer(IPushProducer, IHandshakeListener)
+@implementer(IPushProducer)
 class BookieProtocol(protocol.Protocol):
     """One client connection. Requests are pipelined; replies go out as soon as each is known."""
 
@@ -162,6 +163,7 @@ class BookieProtocol(protocol.Protocol):
         self._reading_paused = False
         self.peer = "?"
         self.tls_state: str | None = None  # set by START_TLS (server/start_tls.py)
+        self.tls: TlsChannel | None = None  # after START_TLS: every byte in and out goes through it
         self._unprotected = factory.tls_required  # tlsRequired, before the handshake: see _frames
         self._transport: Any = None  # the ITransport, untyped: zope interfaces and mypy do not mix
         self._v3 = V3Requests(self)  # v3 (protobuf) frames: server/protocol_v3.py
@@ -188,11 +190,36 @@ class BookieProtocol(protocol.Protocol):
         self._v3.close()
         # Replies of adds still in the journal are dropped in `durable` (self.connected is 0 now).
 
-    def handshakeCompleted(self) -> None:
-        start_tls.handshake_done(self)
-
     def protected(self) -> None:
         self._unprotected = False
+
+    def broken(self) -> None:
+        """Nothing more is read from this connection (it is closing)."""
+        self._broken = True
+
+    def drop(self) -> None:
+        """Close after what is queued, without a close_notify (the TLS session failed)."""
+        self._transport.loseConnection()
+
+    def close(self) -> None:
+        """Close after what is queued, with a TLS close_notify first on a TLS connection."""
+        channel = self.tls
+        close_notify = channel.close() if channel is not None and channel.handshake_done else b""
+        if close_notify:
+            write_now(self._transport, [close_notify])
+        self._transport.loseConnection()
+
+    def send(self, chunks: list[bytes]) -> None:
+        """Write framed replies now (netio.write_now), encrypted first on a TLS connection."""
+        channel = self.tls
+        if channel is not None:
+            try:
+                chunks = [channel.encrypt(chunks)]
+            except TlsError as exc:  # a reply owed from before START_TLS (a long poll): cannot be sent
+                log.warning("bookie: closing connection from %s: %s", self.peer, exc)
+                self._transport.abortConnection()
+                return
+        write_now(self._transport, chunks)
 
     # --- IPushProducer: the transport's write buffer -------------------------------------------
 
@@ -229,6 +256,11 @@ class BookieProtocol(protocol.Protocol):
     def dataReceived(self, data: bytes) -> None:
         if self._broken:
             return
+        channel = self.tls
+        if channel is not None:
+            data = start_tls.received(self, channel, data)  # all of this read's plaintext, or b""
+            if not data or self._broken:
+                return
         problem = None
         try:
             problem = self._frames(data)
@@ -236,7 +268,7 @@ class BookieProtocol(protocol.Protocol):
             problem = str(exc)
         if self._out:
             out, self._out = self._out, []
-            write_now(self._transport, out)
+            self.send(out)
         if problem is not None:
             self._broken = True
             self._reject(problem)
@@ -434,7 +466,7 @@ class BookieProtocol(protocol.Protocol):
         if not self._reading_paused:
             self._reading_paused = True
             self._transport.pauseProducing()
-        self._transport.loseConnection()
+        self.close()
 
     # --- durable replies ------------------------------------------------------------------------
 
@@ -443,7 +475,7 @@ class BookieProtocol(protocol.Protocol):
         self.pending -= len(replies)
         if not self.connected:
             return
-        write_now(self._transport, replies)
+        self.send(replies)
         if self._reading_paused:
             self._update_reading()
 
@@ -472,7 +504,7 @@ class BookieFactory(protocol.Factory):
         frame_size_max: int = limits.FRAME_SIZE_MAX,
         pending_adds_max: int = limits.BOOKIE_PENDING_ADDS_PER_CONNECTION_MAX,
         tcp_no_delay: bool = True,
-        tls_context: object | None = None,
+        tls_context: ssl.SSLContext | None = None,
         tls_required: bool = False,
         reactor: Any = None,
     ) -> None:
@@ -482,7 +514,7 @@ class BookieFactory(protocol.Factory):
             reactor = default_reactor
         self.reactor = reactor  # long-poll reads' timeouts
         self.storage = storage
-        self.tls_context = tls_context  # bkctl.tls.ContextFactory; None: START_TLS answered EBADREQ
+        self.tls_context = tls_context  # bkctl.tls.server_context; None: START_TLS answered EBADREQ
         self.tls_required = tls_required  # only START_TLS and AUTH before the handshake
         self.frame_size_max = frame_size_max
         self.pending_adds_max = pending_adds_max
@@ -510,6 +542,5 @@ class BookieFactory(protocol.Factory):
     def close_all(self) -> None:
         """Drop every client connection (the bookie is stopping)."""
         for connection in list(self.connections):
-            transport: Any = connection.transport
-            if transport is not None:
-                transport.loseConnection()
+            if connection.transport is not None:
+                connection.close()

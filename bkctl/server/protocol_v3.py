@@ -25,7 +25,6 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 from bkctl.errors import ProtocolError
-from bkctl.netio import write_now
 from bkctl.protocol import wire, wire_v3
 from bkctl.protocol.wire_v3 import Operation, OperationType, StatusCode, V3Request
 
@@ -134,7 +133,7 @@ class V3Requests:
         """A reply made outside the connection's read (a long poll woken, an index scan finished)."""
         connection = self.connection
         if connection.connected:
-            write_now(connection.transport, [framed(payload)])
+            connection.send([framed(payload)])
 
     # --- adds -----------------------------------------------------------------------------------
 

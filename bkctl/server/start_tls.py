@@ -3,8 +3,13 @@
 As a Java bookie does (BookieRequestProcessor.processStartTLSRequestV3): without TLS configured the
 answer is EBADREQ and the connection stays as it is; with TLS the EOK answer goes out in the clear and
 the next bytes are the client's TLS handshake. After it the connection carries v2 or v3 frames as
-before. bkctl is stricter about when: START_TLS must come before anything else waits for an answer and
-alone in its read, since plaintext pipelined behind it (or replies still owed in plaintext) could be
+before: every byte read goes through the connection's TlsChannel (bkctl/tls_channel.py, `received`
+here) and the frame loop gets all the plaintext of one socket read at once; every write is encrypted
+by `BookieProtocol.send` and goes out through netio.write_now like plaintext. The client's first
+requests may come in the same read as its handshake's Finished: they are served.
+
+bkctl is stricter about when: START_TLS must come before anything else waits for an answer and alone in
+its read, since plaintext pipelined behind it (or replies still owed in plaintext) could be
 taken for protected traffic. A failed handshake is logged with the peer and counted in /metrics.
 
 `tlsRequired` (bkctl's key; Java 4.14.8 serves plaintext clients even with tlsClientAuthentication):
@@ -23,7 +28,7 @@ from twisted.python.failure import Failure
 from bkctl.errors import ProtocolError
 from bkctl.netio import write_now
 from bkctl.protocol import wire, wire_v3
-from bkctl.tls import describe
+from bkctl.tls_channel import TlsChannel, TlsError, describe
 
 if TYPE_CHECKING:
     from bkctl.server.protocol import BookieProtocol
@@ -32,6 +37,7 @@ log = logging.getLogger("bkctl.bookie")
 
 HANDSHAKING = "handshaking"
 PROTECTED = "protected"
+FAILED = "failed"  # the TLS session failed (logged, counted): the connection is closing
 _refusing: weakref.WeakSet[BookieProtocol] = weakref.WeakSet()  # connections already logged as refused
 
 
@@ -51,16 +57,48 @@ def answer(connection: BookieProtocol, request: wire_v3.V3Request, payload_size:
         connection._out.append(wire.frame(reply))
         return
     reply = wire_v3.encode_start_tls_response(txn_id, wire_v3.StatusCode.EOK)
-    transport = connection.transport
-    write_now(transport, [wire.frame(reply)])  # in the clear, ahead of the handshake
+    write_now(connection.transport, [wire.frame(reply)])  # in the clear, ahead of the handshake
     connection.tls_state = HANDSHAKING
-    transport.startTLS(context)  # type: ignore[union-attr]
+    connection.tls = TlsChannel(context, server_side=True)
 
 
-def handshake_done(connection: BookieProtocol) -> None:
+def received(connection: BookieProtocol, channel: TlsChannel, data: bytes) -> bytes:
+    """Ciphertext read from the connection in, its plaintext out (b"" when there is none yet, or the
+    session failed: then the connection is closing)."""
+    handshaking = not channel.handshake_done
+    try:
+        plaintext = channel.receive(data)
+    except TlsError as exc:
+        _failed(connection, channel, str(exc))
+        return b""
+    if channel.output_pending:  # the handshake's messages, or an answer to a key update
+        write_now(connection.transport, [channel.take_output()])
+    if handshaking and channel.handshake_done:
+        _handshake_done(connection)
+    if channel.peer_closed:
+        # close_notify: nothing more will come; answer with ours and close (replies still owed drop).
+        connection.close()
+    return plaintext
+
+
+def _handshake_done(connection: BookieProtocol) -> None:
     connection.tls_state = PROTECTED
     connection.factory.metrics.tls_handshakes += 1
     connection.protected()
+
+
+def _failed(connection: BookieProtocol, channel: TlsChannel, why: str) -> None:
+    """The session failed: log with the peer, count a handshake's failure, send the alert, close."""
+    if connection.tls_state == HANDSHAKING:
+        connection.factory.metrics.tls_handshake_failures += 1
+        log.warning("bookie: TLS handshake with %s failed: %s", connection.peer, why)
+    else:
+        log.warning("bookie: TLS connection with %s failed: %s", connection.peer, why)
+    connection.tls_state = FAILED
+    connection.broken()
+    if channel.output_pending:
+        write_now(connection.transport, [channel.take_output()])
+    connection.drop()
 
 
 def refused(connection: BookieProtocol, payload: bytes) -> bool:
