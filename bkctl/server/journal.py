@@ -1,16 +1,12 @@
 """The journal writer: group commit, fdatasync on a dedicated thread, 512-byte alignment, rolling.
 
 Reactor thread: `append` adds a record's length prefix and body to the pending list (no copy, no
-Deferred). A group is *committed* (padding record so the next write starts aligned, then a sync request
-carrying the group's buffers to the sync thread) when the group wait expires, the buffered bytes or
-entries threshold is reached, or at the end of the tick when `flush_when_queue_empty` is set, as
-BookKeeper's journal does. The sync thread takes every queued request, writes each one's buffers with
-`os.pwritev` (chunked by IOV_MAX), fdatasyncs each file once, and hands the whole batch back with one
-`callFromThread`; only then are the batch's tokens given to `on_durable`, in journal order. The write
-is the sync thread's, not the reactor's: copying ~100-500 KiB into the page cache per group was a
-tenth of the reactor thread's time under load, and the sync thread runs it without the GIL on the
-other core. After a failed write nothing more is written to that file (a later write would land at a
-stale offset), and no token of a failed drain is delivered as durable.
+Deferred). Once per reactor tick the pending list goes to the file with one `os.pwritev` (chunked by
+IOV_MAX). A group is *committed* (padding record so the next write starts aligned, then a sync request
+to the sync thread) when the group wait expires, the buffered bytes or entries threshold is reached,
+or at the end of the tick when `flush_when_queue_empty` is set, as BookKeeper's journal does. The
+sync thread takes every queued request, fdatasyncs each file once, and hands the whole batch back
+with one `callFromThread`; only then are the batch's tokens given to `on_durable`, in journal order.
 """
 
 from __future__ import annotations
@@ -66,8 +62,6 @@ class SyncRequest:
     tokens: list[object]
     entries: int
     mark: Mark  # journal position this request makes durable
-    buffers: list[bytes | bytearray] = field(default_factory=list)  # records to write first, at `offset`
-    offset: int = 0
     directory_fd: int = -1  # a new journal's directory, fsynced once so the file name is durable
     close_after: bool = False  # the last request of a rolled (or stopped) journal closes its file
 
@@ -107,7 +101,6 @@ class SyncThread:
         self._queue: list[SyncRequest | None] = []
         self._dropped_fd = -1  # the file whose pages before _dropped_to are out of the page cache
         self._dropped_to = 0
-        self._write_failures: dict[int, OSError] = {}  # fd -> its failed write: nothing more goes there
         self._cond = threading.Condition()
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
@@ -146,37 +139,17 @@ class SyncThread:
             if request.close_after:
                 self._dropped_fd = -1
 
-    def _write(self, requests: list[SyncRequest]) -> OSError | None:
-        """Write each request's records in order; the first failure (now or before, same file)."""
-        error = None
-        for request in requests:
-            if not request.buffers:
-                continue
-            failed = self._write_failures.get(request.fd)
-            if failed is None:
-                try:
-                    write_all(request.fd, request.buffers, request.offset)
-                except OSError as exc:
-                    failed = self._write_failures[request.fd] = exc
-            if error is None:
-                error = failed
-        return error
-
-    def _make_durable(self, requests: list[SyncRequest]) -> None:
-        for request in requests:
-            if request.directory_fd >= 0:
-                os.fsync(request.directory_fd)
-        if self._sync_data:
-            for fd in dict.fromkeys(r.fd for r in requests):
-                os.fdatasync(fd)
-            self._drop_synced(requests)
-
     def _sync(self, requests: list[SyncRequest]) -> SyncBatch:
         started = time.perf_counter()
-        error = self._write(requests)
+        error = None
         try:
-            if error is None:
-                self._make_durable(requests)
+            for request in requests:
+                if request.directory_fd >= 0:
+                    os.fsync(request.directory_fd)
+            if self._sync_data:
+                for fd in dict.fromkeys(r.fd for r in requests):
+                    os.fdatasync(fd)
+                self._drop_synced(requests)
         except OSError as exc:
             error = exc
         finally:
@@ -185,7 +158,6 @@ class SyncThread:
                     os.close(request.directory_fd)
                 if request.close_after:
                     os.close(request.fd)
-                    self._write_failures.pop(request.fd, None)
         latency_ms = (time.perf_counter() - started) * 1000.0
         tokens = requests[0].tokens if len(requests) == 1 else [t for r in requests for t in r.tokens]
         entries = sum(r.entries for r in requests)
@@ -248,8 +220,10 @@ class JournalWriter:
             if call is not None and call.active():
                 call.cancel()
         self._tick = self._timer = None
-        self._stop_mark = self.mark
-        self._submit(self._request(close=True))  # the pending records with it
+        if self.failed is None:
+            self._write_pending()
+        self._stop_mark = self.mark  # after the write: a failed one moves the mark back
+        self._submit(self._request(close=True))
         self._sync.submit(None)
         return self._stopped
 
@@ -297,6 +271,7 @@ class JournalWriter:
         self._tick = None
         if self.failed is not None or self._stopped is not None:
             return
+        self._write_pending()
         group = self._group
         entries_max = self.settings.buffered_entries_threshold
         if (
@@ -309,6 +284,7 @@ class JournalWriter:
     def _on_group_wait(self) -> None:
         self._timer = None
         if self.failed is None and self._stopped is None:
+            self._write_pending()
             self._commit()
 
     # --- commit, write, roll --------------------------------------------------------------------
@@ -325,8 +301,7 @@ class JournalWriter:
         if padding:
             self._iov.append(padding)
             self._position += len(padding)
-        if self.failed is not None:
-            self._iov = []  # never written after a failure (see _pending_records)
+        if not self._write_pending():
             return
         roll = self._position >= self.settings.max_size
         self._submit(self._request(close=roll))
@@ -342,26 +317,35 @@ class JournalWriter:
         self._sync.submit(request)
 
     def _request(self, close: bool) -> SyncRequest:
-        """The group so far as a sync request, with its records (written by the sync thread)."""
         group, self._group = self._group, _Group()
-        buffers, offset = self._pending_records()
         request = SyncRequest(
-            self._fd, group.tokens, group.entries, self.mark, buffers, offset, self._directory_fd, close
+            self._fd, group.tokens, group.entries, self.mark, self._directory_fd, close_after=close
         )
         self._directory_fd = -1
         return request
 
-    def _pending_records(self) -> tuple[list[bytes | bytearray], int]:
-        """The records appended since the last request and the file offset they go to."""
-        buffers, self._iov = self._iov, []
+    def _write_pending(self) -> bool:
+        """Write the pending records with pwritev; False (and the journal failed) on an I/O error."""
         if self.failed is not None:
-            # Never written after a failed write: the file ends short of _position, and a later write
+            # Never write after a failed write: the file ends short of _position, and a later write
             # (say a commit's padding) would land at a stale offset and ack the failed group's adds.
-            return [], self._written
-        offset, self._written = self._written, self._position
-        if buffers:
+            self._iov = []
+            return False
+        if not self._iov:
+            return True
+        buffers, self._iov = self._iov, []
+        try:
             self._allocate(self._position)
-        return buffers, offset
+            write_all(self._fd, buffers, self._written)
+        except OSError as exc:
+            # The records never reached the file: the mark (what a checkpoint records) stays where the
+            # file's whole records end, and their adds are never acknowledged.
+            self._position = self._written
+            lost, self._group = self._group.tokens, _Group()
+            self._fail(exc, lost)
+            return False
+        self._written = self._position
+        return True
 
     def _allocate(self, end: int) -> None:
         """Reserve disk blocks in prealloc-size steps so fdatasync rarely has to allocate any.
