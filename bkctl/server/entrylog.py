@@ -22,7 +22,7 @@ from typing import Final
 from bkctl import limits
 from bkctl.errors import CorruptDataError, ProtocolError
 from bkctl.protocol import entrylog_format as ef
-from bkctl.server.fileio import drop_cached, reserve, write_all, write_out
+from bkctl.server.fileio import drop_cached, write_all, write_out
 
 log = logging.getLogger("bkctl.bookie")
 
@@ -34,13 +34,6 @@ READ_FDS_MAX: Final = 64
 _CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 _SIZE_PREFIX: Final = 4
 _FRESH_HEADER: Final = ef.encode_header(ef.EntryLogHeader(ef.HEADER_V1))
-# Disk blocks reserved ahead of the current log's writes (fallocate, file size kept). Blocks the writes
-# allocate themselves (delayed allocation at write-out) put their metadata in the file system's running
-# transaction, and every fdatasync of the journal that commits it waited for them: beside a compaction
-# copying 100+ MB/s, a 1 KiB write + fdatasync loop's p99 went from 1-2 ms to 5-7 ms here, and back to
-# 1-2 ms with the copy's file reserved ahead. At most this much is reserved past the data; it is given
-# back when the log is finished.
-RESERVE_AHEAD: Final = 32 * 1024 * 1024
 
 
 def current_dirs(ledger_dirs: Iterable[Path]) -> list[Path]:
@@ -96,7 +89,6 @@ class EntryLogWriter:
         self.rotations = 0
         # Where the current log's fsynced bytes end, and its ledgers map then (see discard_unflushed).
         self._flushed: tuple[int, dict[int, int]] = (0, {})
-        self._reserved_to = 0  # the current log's disk blocks are reserved up to here (RESERVE_AHEAD)
 
     @property
     def path(self) -> Path:
@@ -113,8 +105,6 @@ class EntryLogWriter:
         self._sizes = {}
         self._dropped_to = 0
         self._flushed = (self.position, {})
-        self._reserved_to = 0
-        self._reserve_for(self.position)
         write_all(self._fd, [_FRESH_HEADER], 0)
         _write_last_id(path.parent, log_id)
         log.info("entry log %s opened", path)
@@ -131,7 +121,6 @@ class EntryLogWriter:
             self._write_buffer(wait=False)
             buffer, filled = self._buffer, 0
         if record_size > WRITE_BUFFER_SIZE:
-            self._reserve_for(self.position + record_size)
             write_all(self._fd, [prefix, stored_entry], self.position)
             self._buffer_offset = self.position + record_size
         else:
@@ -184,7 +173,6 @@ class EntryLogWriter:
         """`write_records` for records of several ledgers (`sizes`: their bytes per ledger)."""
         self._write_buffer()
         position = self.position
-        self._reserve_for(position + len(records))
         write_all(self._fd, [records], position)
         self.position = self._buffer_offset = position + len(records)
         self.count_ledger_bytes(sizes)
@@ -218,8 +206,7 @@ class EntryLogWriter:
         self.position = self._buffer_offset = position
         self._sizes = dict(sizes)
         if self._fd >= 0:
-            os.ftruncate(self._fd, position)  # also gives back the blocks reserved past it
-            self._reserved_to = position
+            os.ftruncate(self._fd, position)
             if position <= ef.HEADER_SIZE:  # the failed write may have been the header of a fresh log
                 write_all(self._fd, [_FRESH_HEADER], 0)
 
@@ -233,7 +220,6 @@ class EntryLogWriter:
         write_out(self._fd, self._flushed[0], map_offset + len(ledgers_map))
         os.fsync(self._fd)
         drop_cached(self._fd, self._dropped_to, 1 << 62)  # the whole finished log
-        self._give_back_reserve()
         os.close(self._fd)
         log.info("entry log %s rotated at %d bytes (%d ledgers)", self.path, map_offset, len(self._sizes))
         self.rotations += 1
@@ -242,35 +228,15 @@ class EntryLogWriter:
     def close(self) -> None:
         if self._fd >= 0:
             self.flush()
-            self._give_back_reserve()
             os.close(self._fd)
             self._fd = -1
         if self._executor is not None:
             self._executor.shutdown(wait=True)
             self._executor = None
 
-    def _reserve_for(self, end: int) -> None:
-        """Reserve the log's blocks up to `end` and RESERVE_AHEAD beyond (best effort: on a file system
-        without fallocate, or without the space, the writes allocate as they go)."""
-        if end <= self._reserved_to:
-            return
-        new_end = min(end + RESERVE_AHEAD, max(end, self.log_size_limit + ef.HEADER_SIZE))
-        if reserve(self._fd, self._reserved_to, new_end - self._reserved_to):
-            self._reserved_to = new_end
-        else:
-            self._reserved_to = end  # no reservation: try again one step further on
-
-    def _give_back_reserve(self) -> None:
-        """Free the blocks reserved past the file's end (a truncate to its own size does it; also those of
-        a reservation that failed half way)."""
-        with contextlib.suppress(OSError):  # best effort: only free space depends on it
-            os.ftruncate(self._fd, os.fstat(self._fd).st_size)
-        self._reserved_to = 0
-
     def _write_buffer(self, wait: bool = True) -> None:
         """Hand the filled buffer to the write thread; with `wait`, return once everything is written."""
         if self._filled:
-            self._reserve_for(self._buffer_offset + self._filled)
             self._wait()
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(1, thread_name_prefix="bkctl-entrylog-write")
