@@ -18,6 +18,7 @@ Configuration code; `ssl` is imported where a context is built (`bkctl --help` s
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -161,11 +162,13 @@ def server_context(settings: TlsSettings) -> ssl.SSLContext:
     return context
 
 
+@functools.lru_cache(maxsize=8)
 def client_context(settings: TlsSettings) -> ssl.SSLContext:
     """The client's side: the bookie's chain must reach the trust store; its host name is checked only
     with hostname_verification (the channel then passes the host dialled as `server_hostname`, and
     OpenSSL matches it against the certificate's DNS names, one `*.` label allowed, or IP addresses, as
-    Java's HTTPS endpoint identification does)."""
+    Java's HTTPS endpoint identification does). Built once per settings, not per connection: it reads
+    the PEM files, and connections are made on the reactor thread (the host is no longer part of it)."""
     import ssl
 
     context = _context(ssl.PROTOCOL_TLS_CLIENT)  # verify_mode CERT_REQUIRED

@@ -81,8 +81,7 @@ class ClientUpgrade:
         if self.channel.output_pending:  # an answer to a key update
             self._transport.write(self.channel.take_output())
         if self.channel.peer_closed:
-            self._transport.write(self.channel.close())
-            self._transport.loseConnection()
+            self.close()
         return plaintext
 
     def encrypt(self, chunks: list[bytes]) -> list[bytes]:
