@@ -28,7 +28,7 @@ JAVA_ZK_DUMPS = JAVA_TESTDATA / "zk"
 JAVA_WIRE = JAVA_TESTDATA / "wire"
 
 
-# --- metadata store: one throwaway ZooKeeper per test session, a chroot per test ---------------------
+# --- metadata store: one throwaway ZooKeeper per test session (per xdist worker), a chroot per test -----
 
 
 @pytest.fixture(scope="session")

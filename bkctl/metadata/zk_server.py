@@ -78,7 +78,7 @@ class ZooKeeperServer:
         return None if self._proc is None else self._proc.pid
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> ZooKeeperServer:
-        """Start and wait until it answers `ruok`; UnavailableError (with the log's tail) if it cannot."""
+        """Start and wait until it serves sessions; UnavailableError (with the log's tail) if it cannot."""
         java = shutil.which(self.java)
         if java is None or not ZOOKEEPER_JAR.is_file():
             raise UnavailableError(
@@ -142,7 +142,9 @@ class ZooKeeperServer:
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
                 return False
-            if four_letter_word(self.port, "ruok", timeout_s=0.5) == "imok":
+            # Not `ruok`: it answers as soon as the port listens, before the server takes sessions
+            # (a client then waits out kazoo's reconnect backoff). `srvr` gives a Mode once serving.
+            if "Mode: " in four_letter_word(self.port, "srvr", timeout_s=0.5):
                 return True
             time.sleep(0.02)
         return False
