@@ -26,6 +26,10 @@ log = logging.getLogger("bkctl.bookie")
 # kind, bytes of records, records, records scanned so far, ledger runs (see Moved.runs)
 _FRAME: Final = struct.Struct(">iqqqq")
 _BATCH, _END, _ERROR = 1, 2, 3
+# The scan is background work: at nice 10 (a tenth of the bookie's CPU weight) the bookie's reactor and
+# journal threads preempt it as soon as they wake, so a concurrent writer's tail stays short; unlike
+# SCHED_IDLE it still gets its share on a busy machine and cannot starve.
+SCAN_NICE: Final = 10
 
 
 class ScanChild:
@@ -151,4 +155,5 @@ def main() -> None:
 
 if __name__ == "__main__":
     os.environ.pop("BKCTL_FAULT_POINT", None)  # fault points are the bookie's
+    os.nice(SCAN_NICE)
     main()
