@@ -87,6 +87,12 @@ METADATA_VALUE_SIZE_MAX: Final = 1024 * 1024
 # Bookie server (bkctl.server.protocol): adds one connection may have waiting for the journal's fsync
 # before the bookie stops reading from it (backpressure); reading resumes below half of it.
 BOOKIE_PENDING_ADDS_PER_CONNECTION_MAX: Final = 10_000
+# Bytes the bookie asks for per socket read (Twisted's default is 64 KiB). A saturated bookie finds more
+# than that waiting at each read: 256 KiB takes ~230 adds of 1 KiB per reactor turn instead of ~55, and
+# each turn's fixed costs (frame loop, journal write, replies) are shared by more adds. Measured with the
+# Java client at 512 in flight: bookie CPU per add 10.3-13.1 -> 8.8-10.6 us, +4-8% adds/s (1 MiB: no
+# better, and a longer p99). The read returns what is there: an idle connection's reads stay small.
+BOOKIE_READ_SIZE: Final = 256 * 1024
 # Replies a client does not read are bounded by the transport: the bookie registers each connection as
 # a streaming producer and stops reading it while Twisted's write buffer is over its 64 KiB mark.
 

@@ -172,6 +172,8 @@ class BookieProtocol(protocol.Protocol):
 
     def connectionMade(self) -> None:
         self._transport = self.transport
+        if hasattr(self._transport, "bufferSize"):  # a TCP transport (StringTransport in unit tests)
+            self._transport.bufferSize = limits.BOOKIE_READ_SIZE
         if self.factory.tcp_no_delay and hasattr(self._transport, "setTcpNoDelay"):
             # Replies are small writes: with Nagle on, a batch written while the previous one is not yet
             # acknowledged waits for the client's delayed ACK, 40 ms on Linux, every add of the client
