@@ -192,6 +192,11 @@ class BookieProtocol(protocol.Protocol):
         self._v3.close()
         # Replies of adds still in the journal are dropped in `durable` (self.connected is 0 now).
 
+    @property
+    def replies_owed(self) -> bool:
+        """Replies that go out after this read: adds and fences in the journal, v3 long polls and scans."""
+        return self.pending > 0 or self._v3.replies_owed
+
     def protected(self) -> None:
         self._unprotected = False
 
@@ -217,7 +222,7 @@ class BookieProtocol(protocol.Protocol):
         if channel is not None:
             try:
                 chunks = [channel.encrypt(chunks)]
-            except TlsError as exc:  # a reply owed from before START_TLS (a long poll): cannot be sent
+            except TlsError as exc:  # mid-handshake: START_TLS is refused while replies are owed
                 log.warning("bookie: closing connection from %s: %s", self.peer, exc)
                 self._transport.abortConnection()
                 return

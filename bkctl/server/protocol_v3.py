@@ -77,6 +77,7 @@ class V3Requests:
         }
         # Waiting long-poll reads: txn id -> (their timeout call, their LAC watch, ledger id).
         self._polls: dict[int, tuple[Any, Callable[[], None], int]] = {}
+        self._scans = 0  # GET_LIST_OF_ENTRIES_OF_LEDGER answers being made off the reactor
 
     # --- dispatch -------------------------------------------------------------------------------
 
@@ -128,6 +129,11 @@ class V3Requests:
     @staticmethod
     def _response(request: V3Request, status: int, op: Operation | None) -> bytes:
         return wire_v3.encode_response(request.header.operation, request.header.txn_id, status, op)
+
+    @property
+    def replies_owed(self) -> bool:
+        """Whether replies will go out after this read: long polls waiting, availability scans running."""
+        return bool(self._polls) or self._scans > 0
 
     def _send_now(self, payload: bytes) -> None:
         """A reply made outside the connection's read (a long poll woken, an index scan finished)."""
@@ -330,10 +336,12 @@ class V3Requests:
     def _entries_of_ledger(self, request: V3Request, op: Operation) -> None:
         """The auditor's replicas check (Java's GetListOfEntriesOfLedgerProcessorV3; `audit --online`)."""
         ledger_id, txn_id = op.ledger_id if op.ledger_id is not None else 0, request.header.txn_id
+        self._scans += 1
         answer = self.storage.entry_availability(ledger_id)
         answer.addCallback(self._send_availability, txn_id, ledger_id)
 
     def _send_availability(self, answer: tuple[int, bytes], txn_id: int, ledger_id: int) -> None:
+        self._scans -= 1
         rc, body = answer
         self._send_now(wire_v3.encode_entries_of_ledger_response(txn_id, status_of(rc), ledger_id, body))
 

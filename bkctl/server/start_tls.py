@@ -47,7 +47,7 @@ def answer(connection: BookieProtocol, request: wire_v3.V3Request, payload_size:
     context = connection.factory.tls_context
     metrics = connection.factory.metrics
     alone = len(connection._buffer) == wire.LENGTH_PREFIX_SIZE + payload_size and not connection._out
-    if context is None or connection.tls_state is not None or connection.pending or not alone:
+    if context is None or connection.tls_state is not None or connection.replies_owed or not alone:
         if context is None:
             log.warning("bookie: START_TLS from %s but TLS is not configured: EBADREQ", connection.peer)
         else:

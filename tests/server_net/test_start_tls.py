@@ -8,6 +8,7 @@ import ssl
 from collections.abc import Iterator
 
 import pytest
+from twisted.internet.task import Clock
 from twisted.python.failure import Failure
 
 from bkctl import tls
@@ -15,6 +16,7 @@ from bkctl.protocol import wire, wire_v3
 from bkctl.server.protocol import BookieFactory, BookieProtocol
 from bkctl.tls_channel import TlsChannel
 from tests.server_net.test_protocol import CountingTransport, MemoryStorage, add_frame, replies
+from tests.server_net.test_protocol_v3 import add, long_poll
 from tests.tls_certs import Certificates, write_certificates
 
 # Java's encoding (protobuf fields in number order): header {version 3, START_TLS, txnId 5}, status, and
@@ -135,6 +137,28 @@ def test_start_tls_out_of_turn_is_refused(context: ssl.SSLContext, certs: Certif
     client = handshake(proto, transport, certs)
     proto.dataReceived(client.encrypt([wire.frame(START_TLS_REQUEST)]))  # a second one, inside TLS
     assert v3_replies(decrypted(client, transport)) == [START_TLS_EBADREQ]
+
+
+def test_start_tls_is_refused_while_a_long_poll_waits(context: ssl.SSLContext) -> None:
+    # The poll's answer is owed in plaintext: it must not meet the switch (it used to abort the connection).
+    storage, clock = MemoryStorage(), Clock()
+    factory = BookieFactory(storage, tls_context=context, reactor=clock)
+    proto = factory.buildProtocol(None)
+    assert proto is not None
+    transport = CountingTransport()
+    proto.makeConnection(transport)
+    proto.dataReceived(add(6, 0) + add(6, 1, lac=0))
+    storage.sync()
+    transport.clear()
+    proto.dataReceived(long_poll(6, previous_lac=0, timeout_ms=500))
+    proto.dataReceived(wire.frame(START_TLS_REQUEST))
+    assert v3_replies(transport) == [START_TLS_EBADREQ] and proto.tls is None
+    clock.advance(1)  # the poll times out and is answered, in the clear, on a connection still open
+    [answer] = [wire_v3.decode_v3_response(frame) for frame in v3_replies(transport)]
+    assert answer.operation is not None and answer.operation.max_lac == 0
+    assert not transport.disconnecting
+    proto.dataReceived(wire.frame(START_TLS_REQUEST))  # nothing owed now: accepted
+    assert transport.value() == wire.frame(START_TLS_EOK)
 
 
 def test_tls_required_serves_only_start_tls_and_auth_before_the_handshake(
