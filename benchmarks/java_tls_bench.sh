@@ -13,21 +13,12 @@ cd "$(dirname "$0")/.."
 window=${1:-20}
 pairs=${2:-2}
 . benchmarks/java_common.sh
-"$py" -m tests.tls_certs "$work/certs" > /dev/null
-c=$work/certs
+tls_material
 "$py" -m bkctl cluster init --metadata "$uri" > /dev/null
-tls_keys="tlsProviderFactoryClass=org.apache.bookkeeper.tls.TLSContextFactory
-tlsProvider=JDK
-tlsCertificatePath=$c/bookie.pem
-tlsKeyStoreType=PEM
-tlsKeyStore=$c/bookie.key.pem"
-java_tls=(-Dorg.apache.bookkeeper.conf.readsystemproperties=true
-  -DtlsProviderFactoryClass=org.apache.bookkeeper.tls.TLSContextFactory -DtlsProvider=JDK
-  -DtlsTrustStoreType=PEM "-DtlsTrustStore=$c/ca.pem")
 run=0
 
 bench() {  # bench KIND(bkctl|java) TLS(tls|plain)
-  local kind=$1 mode=$2 dir port pid keys="" client_tls=()
+  local kind=$1 mode=$2 dir port keys="" client_tls=()
   run=$((run + 1))
   dir=$work/run$run
   mkdir -p "$dir"
@@ -41,15 +32,8 @@ bench() {  # bench KIND(bkctl|java) TLS(tls|plain)
     { java_bookie_conf "$port" "$dir"; printf '%s\n' "$keys"; } > "$dir/bk.conf"
     java $JAVA_OPTS_SMALL -Xmx1g -cp "$BK_CP" org.apache.bookkeeper.server.Main --conf "$dir/bk.conf" > "$dir/log" 2>&1 &
   fi
-  pid=$!
-  for _ in $(seq 300); do "$py" -m bkctl bookie list --metadata "$uri" -o plain 2>/dev/null | grep -q ":$port" && break; sleep 0.2; done
-  local result
-  result=$(java $JAVA_OPTS_SMALL -Xmx1g "-Dzk=127.0.0.1:$zk_port" "-Dv2=${V2:-true}" "${client_tls[@]}" \
-    -cp "$BKPERF/client/classes:$BK_CP" BkBench bench 1 1 1 1024 512 15 "$window" "$pid" 2>"$dir/bench.err" | tail -1)
-  echo "$kind $mode: $result | load: $(uptime | sed 's/.*load average: //')"
-  kill "$pid" 2>/dev/null
-  wait "$pid" 2>/dev/null
-  for _ in $(seq 100); do "$py" -m bkctl bookie list --metadata "$uri" -o plain 2>/dev/null | grep -q ":$port" || break; sleep 0.2; done
+  echo -n "$kind $mode: "
+  bkbench "$port" $! "$window" "$dir" "-Dv2=${V2:-true}" "${client_tls[@]}"
 }
 
 for _ in $(seq "$pairs"); do

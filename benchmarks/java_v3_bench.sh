@@ -14,10 +14,8 @@ pairs=${2:-2}
 "$py" -m bkctl cluster init --metadata "$uri" > /dev/null
 run=0
 
-registered() { "$py" -m bkctl bookie list --metadata "$uri" -o plain 2>/dev/null | grep -q ":$1"; }
-
 bench() {  # bench KIND(bkctl|java) PROTOCOL(v3|v2)
-  local kind=$1 protocol=$2 dir port pid result v2=false
+  local kind=$1 protocol=$2 dir port v2=false
   run=$((run + 1))
   dir=$work/run$run
   mkdir -p "$dir"
@@ -29,14 +27,8 @@ bench() {  # bench KIND(bkctl|java) PROTOCOL(v3|v2)
     java_bookie_conf "$port" "$dir" > "$dir/bk.conf"
     java $JAVA_OPTS_SMALL -Xmx1g -cp "$BK_CP" org.apache.bookkeeper.server.Main --conf "$dir/bk.conf" > "$dir/log" 2>&1 &
   fi
-  pid=$!
-  for _ in $(seq 300); do registered "$port" && break; sleep 0.2; done
-  result=$(java $JAVA_OPTS_SMALL -Xmx1g "-Dzk=127.0.0.1:$zk_port" "-Dv2=$v2" \
-    -cp "$BKPERF/client/classes:$BK_CP" BkBench bench 1 1 1 1024 512 15 "$window" "$pid" 2>"$dir/bench.err" | tail -1)
-  echo "$kind $protocol: $result | load: $(uptime | sed 's/.*load average: //')"
-  kill "$pid" 2>/dev/null
-  wait "$pid" 2>/dev/null
-  for _ in $(seq 100); do registered "$port" || break; sleep 0.2; done
+  echo -n "$kind $protocol: "
+  bkbench "$port" $! "$window" "$dir" "-Dv2=$v2"
 }
 
 for _ in $(seq "$pairs"); do
