@@ -17,8 +17,10 @@ cd "$(dirname "$0")/.."
 bk() { "$py" -m bkctl "$@"; }
 java_client() { java $JAVA_OPTS_SMALL -Dv2=false -cp "$BKJAVA/client/classes:$BK_CP" BkClientTest "127.0.0.1:$zk_port" "$@" 2>>"$work/java.err"; }
 
-bk sandbox --processes --no-restart --no-autorecovery --bookies 5 --base-port 0 --data-dir "$work/sb" \
-  --metadata "$uri" -o json > "$work/sandbox.json" 2> "$work/sandbox.err" &
+# Not through `bk`: a function in the background is a subshell, and the exit trap's kill would reach it,
+# not the sandbox (which then ran on, its bookies retrying a ZooKeeper gone for good).
+"$py" -m bkctl sandbox --processes --no-restart --no-autorecovery --bookies 5 --base-port 0 \
+  --data-dir "$work/sb" --metadata "$uri" -o json > "$work/sandbox.json" 2> "$work/sandbox.err" &
 for _ in $(seq 150); do [ -s "$work/sandbox.json" ] && break; sleep 0.2; done
 cat > "$work/bk.conf" <<CONF
 metadataServiceUri=zk+null://127.0.0.1:$zk_port/ledgers
