@@ -13,8 +13,9 @@ Every `gcWaitTime` and on demand (admin HTTP `PUT /api/v1/bookie/gc`), one run o
    that appeared after the run took its snapshot (ids at or above the current one).
 3. Compaction, when due (`minorCompactionInterval`, `majorCompactionInterval`) or forced: logs whose
    live share is under the threshold, least live first (each frees the most for what it copies). The
-   live records (slot still pointing at them; found by a child process, gc_scan.py, so that its Python
-   work does not take the reactor's GIL) are copied by the next checkpoints, which fsync the new log
+   live records (slot still pointing at them; found from the index files by a child process,
+   gc_scan.py and live_records.py, so that its work does not take the reactor's GIL; the bookie reads
+   the records it names from the old log) are copied by the next checkpoints, which fsync the new log
    before the index names it (moves.py); the old log goes once every batch is durable. A `<log>.compacting`
    marker beside the log, written first and removed last, makes a run killed half-way compact that log
    again next time whatever its usage (the copied entries are then no longer live in it).
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -40,42 +40,29 @@ from typing import Any, Final
 from twisted.internet import task, threads
 from twisted.internet.defer import Deferred, DeferredLock, ensureDeferred
 
-from bkctl import limits
 from bkctl.errors import NotFoundError
-from bkctl.files.chunks import FileScan
 from bkctl.files.entrylog import ledger_sizes, open_entry_log
 from bkctl.metadata.layout import Layout
 from bkctl.protocol import entrylog_format as ef
-from bkctl.protocol import index_format as ixf
-from bkctl.protocol.entrylog_format import RecordKind
 from bkctl.protocol.scanning import ScanStop
 from bkctl.server.faults import fault_point
 from bkctl.server.fileio import remove_gradually
 from bkctl.server.gc_overreplicated import OverReplication
 from bkctl.server.gc_scan import ScanChild
-from bkctl.server.moves import Moved
 from bkctl.server.storage import Storage
 
 log = logging.getLogger("bkctl.bookie")
 
 MARKER_SUFFIX: Final = ".compacting"
-# Live records handed to one checkpoint. Its entry log fsync delays the journal's fdatasync on a shared
-# disk, as any checkpoint's does (CHECKPOINT_AT_FRACTION): benchmarks/gc.py under load measured 1 MiB
-# 50 MB/s, 2 MiB 95 MB/s, 4 MiB 107 MB/s, 16 MiB 69 MB/s with a concurrent writer's p99 highest at 16 MiB.
-BATCH_BYTES: Final = 4 * 1024 * 1024
-_PAGE: Final = struct.Struct(f">{ixf.SLOTS_PER_PAGE}q")
-_HEAD: Final = struct.Struct(">iqq")  # a record's size prefix, ledger id and entry id
-_SIZE_PREFIX: Final = 4
+# Live records handed to one checkpoint. Its entry log writes and fsync delay the journal's fdatasync on
+# a shared disk, and its copies take a core from the reactor: small batches keep each delay short.
+# benchmarks/gc.py (session 13, the scan in numpy, the bookie reading the records): 4 MiB 172-187 MB/s
+# with a concurrent writer's p99 3.8-5.7 ms; 1 MiB 171-191 MB/s, 2.1-6.0 ms; 512 KiB 142-164 MB/s,
+# 2.2-2.6 ms (alone: 1.5-2.1 ms); 256 KiB 127-148 MB/s, no better.
+BATCH_BYTES: Final = 512 * 1024
 _CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
-READ_CHUNK: Final = 256 * 1024
-# Live records whose starts are this close are read as one run (the dead ones between cost less than
-# another request); past a run's last record start, this much is read with it (a bigger record, one more).
-RUN_GAP: Final = 64 * 1024
-RUN_TAIL: Final = 16 * 1024
-_INDEX_READ: Final = 128 * ixf.PAGE_SIZE
 # The GIL switch interval while compaction copies (see _short_gil_slices).
 COMPACTION_SWITCH_INTERVAL_S: Final = 0.0005
-_PAGES_CACHED_MAX: Final = 1024
 
 
 @dataclass(frozen=True)
@@ -162,233 +149,6 @@ class Throttle:
 
 def marker_path(log_path: Path) -> Path:
     return log_path.with_name(log_path.name + MARKER_SUFFIX)
-
-
-# --- reading an old log's live records (a pool thread) ----------------------------------------------
-
-
-class LiveRecords:
-    """The records of one entry log whose index slot still names them, in batches.
-
-    The log is read in chunks and walked with one unpack per record; runs of live records are copied
-    as they are (they are already in entry log format). Only the runs the index names are read: the
-    slots naming this log are read first (index files whole), so a log 20% live costs 20% of its
-    reads, not all of them (a slot only ever moves away from an old log, so none appears later; a slot
-    naming no record start sends the walk back to reading every record). A log with padding or a bad
-    record goes on through the generic scanner (bkctl.files), which stops at corrupt data. Index files
-    are read directly, never through the storage's page cache (which a stale page from here could
-    poison): a slot only ever moves away from an old log, so a slot read as naming this record does, and
-    one read as naming another place does too.
-    """
-
-    def __init__(self, log_id: int, path: Path, index_paths: dict[int, Path]) -> None:
-        self.log_id = log_id
-        self.path = path
-        self._index_paths = index_paths
-        self._fds: dict[int, int] = {}
-        self._pages: dict[tuple[int, int], tuple[int, ...]] = {}
-        self._fd = os.open(path, os.O_RDONLY | _CLOEXEC)
-        self._size = os.fstat(self._fd).st_size
-        # No read-ahead: each READ_CHUNK read is one request on the disk, never a queue of them ahead
-        # of the journal's fdatasync (the writers' latency on a shared disk).
-        os.posix_fadvise(self._fd, 0, 0, os.POSIX_FADV_RANDOM)
-        self._position = ef.HEADER_SIZE  # of the next record to look at
-        self._generic: Iterator[Any] | None = None
-        self._generic_scan: FileScan[Any] | None = None
-        self._runs: list[tuple[int, int]] | None = None  # (first, last record start) of live runs, reversed
-        self._done = False
-        self._live = 0  # records the index files name in this log (counted with the runs)
-        self.scanned = 0
-        self.copied = 0
-        self.error: str | None = None
-
-    def next_batch(self, batch_bytes: int = BATCH_BYTES) -> Moved | None:
-        """Up to about `batch_bytes` of live records; None once the log is done (see `error`)."""
-        batch = Moved()
-        while not self._done and len(batch.records) < batch_bytes:
-            if self._generic is None:
-                self._fast_chunk(batch)
-            else:
-                self._generic_chunk(batch, batch_bytes)
-        self.copied += len(batch)
-        if self._done:
-            self._check_complete()
-            self.close()
-        return batch if len(batch) or not self._done else None
-
-    def _fast_chunk(self, batch: Moved) -> None:
-        jumped_from = self._position
-        last = self._to_next_run()
-        if last < 0:
-            self._done = True  # past the last live record: the rest is dead
-            return
-        want = min(READ_CHUNK, last - self._position + RUN_TAIL)  # a little past the run's last start
-        data = os.pread(self._fd, want, self._position)
-        if want < READ_CHUNK and not _whole_record_at_start(data):
-            data = os.pread(self._fd, READ_CHUNK, self._position)  # a record longer than RUN_TAIL
-        length = len(data)
-        base = (self.log_id << 32) + self._position + _SIZE_PREFIX
-        position, run, irregular = 0, -1, False
-        walk_end = last - self._position  # no record after the run's last is looked at
-        while position + _HEAD.size <= length and position <= walk_end:
-            size, ledger_id, entry_id = _HEAD.unpack_from(data, position)
-            if not ef.RECORD_KEY_SIZE <= size <= limits.ENTRYLOG_RECORD_SIZE_MAX:
-                if position == 0 and jumped_from != self._position:
-                    # A slot naming no record start (a damaged index): walk every record from before
-                    # the jump instead, as if no slot had been read.
-                    self._runs, self._position = [(jumped_from, self._size)], jumped_from
-                    return
-                irregular = True  # padding or a bad size: the generic scanner goes on from here
-                break
-            end = position + _SIZE_PREFIX + size
-            if end > length:
-                break
-            self.scanned += 1
-            if ledger_id in self._index_paths and self._slot(ledger_id, entry_id) == base + position:
-                if run < 0:
-                    run = position
-                batch.starts.append(len(batch.records) + position - run)
-                batch.ledgers.append(ledger_id)
-                batch.entries.append(entry_id)
-                batch.old.append(base + position)
-            elif run >= 0:
-                batch.records += data[run:position]
-                run = -1
-            position = end
-        if run >= 0:
-            batch.records += data[run:position]
-        self._position += position
-        if irregular:
-            self._to_generic()
-        elif self._position + _HEAD.size > self._size:
-            self._done = True  # the end (what is left is too short to be a record)
-        elif position == 0:
-            self._to_generic()  # a record bigger than a chunk, or cut by the end of the file
-
-    def _to_generic(self) -> None:
-        self._generic_scan = FileScan(self.path, self._position, _scan)
-        self._generic = iter(self._generic_scan)
-
-    def _generic_chunk(self, batch: Moved, batch_bytes: int) -> None:
-        assert self._generic is not None and self._generic_scan is not None
-        for offset, kind, body in self._generic:
-            if kind is not RecordKind.DATA:
-                continue
-            self.scanned += 1
-            ledger_id, entry_id = ef.record_key(body)
-            location = ef.entry_location(self.log_id, offset + _SIZE_PREFIX)
-            if ledger_id in self._index_paths and self._slot(ledger_id, entry_id) == location:
-                batch.starts.append(len(batch.records))
-                batch.ledgers.append(ledger_id)
-                batch.entries.append(entry_id)
-                batch.old.append(location)
-                batch.records += ef.encode_record_size(len(body))
-                batch.records += body
-                if len(batch.records) >= batch_bytes:
-                    return
-        if not _complete(self._generic_scan.stop):
-            stop = self._generic_scan.stop
-            assert stop is not None
-            self.error = f"{self.path} offset {stop.position}: {stop.reason}"
-        self._done = True
-
-    def _check_complete(self) -> None:
-        """Every record a slot names was found where it names it: else (a slot naming no record start,
-        a walk thrown off by one) the log must not go, whatever was copied."""
-        if self.error is None and self.copied != self._live:
-            self.error = (
-                f"{self.path}: {self._live - self.copied} of the {self._live} records the index names "
-                "were not found there; the log is kept"
-            )
-
-    def _to_next_run(self) -> int:
-        """Move to the next live run if between runs; the run's last record start (-1: no run left)."""
-        if self._runs is None:
-            starts = set(self._live_starts())
-            self._live = len(starts)
-            self._runs = _runs(starts)
-        while self._runs:
-            first, last = self._runs[-1]
-            if self._position > last:
-                self._runs.pop()
-                continue
-            self._position = max(self._position, first)
-            return last
-        return -1
-
-    def _live_starts(self) -> list[int]:
-        """Where the records the index files name in this log start (unsorted)."""
-        starts = []
-        log_id = self.log_id
-        for ledger_id in self._index_paths:
-            fd = self._index_fd(ledger_id)
-            offset = ixf.HEADER_SIZE
-            while fd >= 0 and (data := os.pread(fd, _INDEX_READ, offset)):
-                count = len(data) // ixf.SLOT_SIZE
-                slots = struct.unpack_from(f">{count}q", data)
-                starts += [(s & 0xFFFFFFFF) - _SIZE_PREFIX for s in slots if s >> 32 == log_id]
-                offset += len(data)
-        return [start for start in starts if ef.HEADER_SIZE <= start <= self._size - _HEAD.size]
-
-    def _slot(self, ledger_id: int, entry_id: int) -> int:
-        if entry_id < 0:
-            return 0
-        page_no, slot = divmod(entry_id, ixf.SLOTS_PER_PAGE)
-        key = (ledger_id, page_no)
-        page = self._pages.get(key)
-        if page is None:
-            fd = self._index_fd(ledger_id)
-            if fd < 0:
-                return 0
-            data = os.pread(fd, ixf.PAGE_SIZE, ixf.HEADER_SIZE + page_no * ixf.PAGE_SIZE)
-            page = _PAGE.unpack(data.ljust(ixf.PAGE_SIZE, b"\0"))
-            if len(self._pages) >= _PAGES_CACHED_MAX:
-                self._pages.clear()
-            self._pages[key] = page
-        return page[slot]
-
-    def _index_fd(self, ledger_id: int) -> int:
-        fd = self._fds.get(ledger_id)
-        if fd is None:
-            try:
-                fd = os.open(self._index_paths[ledger_id], os.O_RDONLY | _CLOEXEC)
-            except FileNotFoundError:  # deleted since: its records are garbage
-                fd = -1
-            self._fds[ledger_id] = fd
-        return fd
-
-    def close(self) -> None:
-        for fd in self._fds.values():
-            if fd >= 0:
-                os.close(fd)
-        self._fds.clear()
-        self._pages.clear()
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-
-
-def _whole_record_at_start(data: bytes) -> bool:
-    return len(data) >= _SIZE_PREFIX and _SIZE_PREFIX + int.from_bytes(data[:_SIZE_PREFIX], "big") <= len(
-        data
-    )
-
-
-def _runs(starts: Iterable[int]) -> list[tuple[int, int]]:
-    """(first, last record start) of runs of starts under RUN_GAP apart, last run first (popped in
-    log order)."""
-    runs: list[tuple[int, int]] = []
-    for start in sorted(starts):
-        if runs and start - runs[-1][1] <= RUN_GAP:
-            runs[-1] = (runs[-1][0], start)
-        else:
-            runs.append((start, start))
-    runs.reverse()
-    return runs
-
-
-def _scan(buf: bytes, start: int, base: int, at_eof: bool) -> Any:
-    return ef.scan_records(buf, start, base, at_eof)
 
 
 def _sizes_of(path: Path) -> tuple[dict[int, int], bool]:

@@ -26,7 +26,9 @@ Relocation = tuple["array[int]", bytes, bytes]
 class Moved:
     """Compaction's live records of an old entry log, back to back as in any entry log (size prefix +
     stored entry), with each record's start in `records`, its key and its old index location. `runs`,
-    when set, says the columns are grouped by ledger: (ledger id, first, count, record bytes)."""
+    when set, says the columns are grouped by ledger: (ledger id, first, count, record bytes). The scan
+    process leaves `records` empty and says where they are instead: `spans`, (offset, length) in the old
+    log, read back to back (gc_scan.py)."""
 
     records: bytearray = field(default_factory=bytearray)
     starts: array[int] = field(default_factory=lambda: array("q"))
@@ -34,6 +36,7 @@ class Moved:
     entries: array[int] = field(default_factory=lambda: array("q"))
     old: array[int] = field(default_factory=lambda: array("q"))
     runs: list[tuple[int, int, int, int]] | None = None
+    spans: list[tuple[int, int]] | None = None
 
     def __len__(self) -> int:
         return len(self.starts)

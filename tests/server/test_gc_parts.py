@@ -89,12 +89,20 @@ def packaged_body(ledger_id: int, entry_id: int, n: int) -> bytes:
     return struct.pack(">qq", ledger_id, entry_id) + bytes([n]) * (100 + 37 * n)
 
 
-def _moved(batches: list[Any]) -> list[tuple[int, int, bytes]]:
+def _moved(batches: list[Any], log: Path | None = None) -> list[tuple[int, int, bytes]]:
+    """(ledger, entry, body) of each record in log order; the scan's batches name their records by
+    spans of `log`, the bookie side's hold them."""
     out = []
-    for batch in (b.in_log_order() for b in batches):
-        for k in range(len(batch)):
-            end = batch.starts[k + 1] if k + 1 < len(batch) else len(batch.records)
-            out.append((batch.ledgers[k], batch.entries[k], bytes(batch.records[batch.starts[k] + 4 : end])))
+    for batch in batches:
+        if batch.spans is not None:
+            assert log is not None
+            data = log.read_bytes()
+            batch.records = bytearray(b"".join(data[at : at + length] for at, length in batch.spans))
+        ordered = batch.in_log_order()
+        for k in range(len(ordered)):
+            end = ordered.starts[k + 1] if k + 1 < len(ordered) else len(ordered.records)
+            body = bytes(ordered.records[ordered.starts[k] + 4 : end])
+            out.append((ordered.ledgers[k], ordered.entries[k], body))
     return out
 
 
@@ -102,32 +110,31 @@ def _moved(batches: list[Any]) -> list[tuple[int, int, bytes]]:
 def test_live_records_are_those_the_index_names(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gap: int, chunk: int
 ) -> None:
-    """Small read chunks (records across chunks, one bigger than a chunk) and a zero tail (the generic
-    scanner takes over at its first zero) find the same records."""
-    from bkctl.server import gc
+    """Small read chunks (records across chunks, one bigger than a chunk) and a zero tail find the same
+    records, and only the live ones are looked at."""
+    from bkctl.server import live_records
 
-    monkeypatch.setattr(gc, "READ_CHUNK", chunk)
+    monkeypatch.setattr(live_records, "READ_CHUNK", chunk)
     log, paths, kept = _log_and_index(tmp_path, gap)
-    records = gc.LiveRecords(5, log, paths)
+    records = live_records.LiveRecords(5, log, paths)
     batches = []
     while (batch := records.next_batch(batch_bytes=500)) is not None:
         batches.append(batch)
     assert records.error is None
-    assert _moved(batches) == kept
-    # The dead record after the last live one is not looked at, unless the generic scanner took over.
-    assert records.scanned == (12 if chunk < 1024 else 11)
+    assert _moved(batches, log) == kept
+    assert records.scanned == records.copied == len(kept) == 9
 
 
 def test_live_records_stop_at_corrupt_data(tmp_path: Path) -> None:
-    from bkctl.server import gc
+    from bkctl.server.live_records import LiveRecords
 
     log, paths, _ = _log_and_index(tmp_path, 0)
     data = bytearray(log.read_bytes())
     data[1024 + 4 + 16 + 100 : 1024 + 4 + 16 + 104] = (7).to_bytes(4, "big")  # second record: size 7
     data[1024 + 4 + 116 : 1024 + 8 + 116] = (7).to_bytes(4, "big")
     log.write_bytes(bytes(data))
-    records = gc.LiveRecords(5, log, paths)
-    while records.next_batch() is not None:
+    records = LiveRecords(5, log, paths)
+    while records.next_batch(4096) is not None:
         pass
     assert records.error is not None and "shorter" in records.error
 
@@ -144,7 +151,7 @@ def test_scan_child_process_answers_as_the_in_process_scan(tmp_path: Path) -> No
         batches = []
         while (batch := child.next_batch()) is not None:
             batches.append(batch)
-        assert child.error is None and child.scanned == 11  # not the dead record after the last live one
+        assert child.error is None and child.scanned == 9  # the live records only
         assert sorted(_moved(batches)) == sorted(kept)  # grouped by ledger in each batch
         data = bytearray(log.read_bytes())
         data[1024 + 4 + 116 : 1024 + 8 + 116] = (7).to_bytes(4, "big")
@@ -228,12 +235,12 @@ def _drain(records: Any) -> list[Any]:
 def test_only_the_live_runs_are_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Runs of live records far apart: the dead records between them are never looked at (a log 20%
     live costs 20% of its reads), and what is copied is the same."""
-    from bkctl.server import gc
+    from bkctl.server import live_records
 
-    monkeypatch.setattr(gc, "RUN_GAP", 0)  # every live record its own run: each dead one is skipped
+    monkeypatch.setattr(live_records, "RUN_GAP", 0)  # every live record its own run: each dead one is skipped
     log, paths, kept = _log_and_index(tmp_path, 0)
-    records = gc.LiveRecords(5, log, paths)
-    assert _moved(_drain(records)) == kept
+    records = live_records.LiveRecords(5, log, paths)
+    assert _moved(_drain(records), log) == kept
     assert records.error is None and records.scanned == len(kept) == records.copied == 9
 
 
@@ -242,14 +249,32 @@ def test_a_slot_naming_no_record_keeps_the_log(tmp_path: Path) -> None:
     every record from before it, and since that record is never found the log must not be removed."""
     from bkctl.protocol import entrylog_format as ef
     from bkctl.protocol import index_format as ixf
-    from bkctl.server import gc
+    from bkctl.server.live_records import LiveRecords
 
     log, paths, kept = _log_and_index(tmp_path, 0)
     index = bytearray(paths[2].read_bytes())
     slot = ixf.slot_offset(4)  # ledger 2 entry 4, live: now names an offset inside another record
     index[slot : slot + 8] = ef.entry_location(5, 2000).to_bytes(8, "big")
     paths[2].write_bytes(bytes(index))
-    records = gc.LiveRecords(5, log, paths)
-    moved = _moved(_drain(records))
+    records = LiveRecords(5, log, paths)
+    moved = _moved(_drain(records), log)
     assert records.error is not None and "1 of the 9 records" in records.error
     assert moved == [k for k in kept if k[:2] != (2, 4)]
+
+
+def test_a_slot_naming_past_the_end_of_the_log_keeps_it(tmp_path: Path) -> None:
+    """A slot naming an offset past the log's end (a damaged index file): the records that are there are
+    copied, and the one that cannot be keeps the log."""
+    from bkctl.protocol import entrylog_format as ef
+    from bkctl.protocol import index_format as ixf
+    from bkctl.server.live_records import LiveRecords
+
+    log, paths, kept = _log_and_index(tmp_path, 0)
+    index = bytearray(paths[1].read_bytes())
+    slot = ixf.slot_offset(5)  # ledger 1's last entry, live: now past the end of the log
+    index[slot : slot + 8] = ef.entry_location(5, log.stat().st_size + 100).to_bytes(8, "big")
+    paths[1].write_bytes(bytes(index))
+    records = LiveRecords(5, log, paths)
+    moved = _moved(_drain(records), log)
+    assert records.error is not None and "1 of the 9 records" in records.error
+    assert moved == [k for k in kept if k[:2] != (1, 5)]
