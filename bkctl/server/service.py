@@ -21,6 +21,7 @@ from twisted.internet import defer, task, threads
 from twisted.internet.defer import Deferred
 from twisted.internet.error import CannotListenError
 
+from bkctl import limits
 from bkctl.errors import BkctlError, ConflictError, UnavailableError
 from bkctl.metadata.layout import Layout
 from bkctl.metadata.retry import RetryPolicy
@@ -322,7 +323,7 @@ class BookieService:
             self._session_sub.cancel()
         if self.gc is not None:
             self.gc.stop()
-        await self._quietly("unregister", self._unregister())
+        await self._unregister_at_stop()
         self.factory.ready = False
         for listener in (self._listener, self._http_listener):
             if listener is not None:
@@ -336,6 +337,27 @@ class BookieService:
             self._locks.release()  # last: the next bookie on these directories may start now
         self.state = "stopped"
         log.info("bookie %s stopped", self.bookie_id or "(not started)")
+
+    async def _unregister_at_stop(self) -> None:
+        """Unregister, waiting at most BOOKIE_UNREGISTER_AT_STOP_S: a metadata store that does not answer
+        must not hold back the journal's drain and the last checkpoint (the retrying call gives up when
+        the store is closed, at the end of the stop)."""
+        unregistered = self._unregister()
+        if unregistered is None:
+            return
+        wait_s = limits.BOOKIE_UNREGISTER_AT_STOP_S
+        try:
+            await unregistered.addTimeout(wait_s, self._reactor)
+        except defer.TimeoutError:
+            log.warning(
+                "bookie stop: the metadata store did not remove the registration within %.0f s; "
+                "stopping anyway (a ZooKeeper registration goes when its session expires)",
+                wait_s,
+            )
+        except BkctlError as exc:
+            log.error("bookie stop: unregister failed: %s", exc)
+        except Exception:
+            log.exception("bookie stop: unregister failed")
 
     def _unregister(self) -> Deferred[Any] | None:
         if self.layout is None or self.registered_read_only is None or not self.bookie_id:

@@ -1,0 +1,43 @@
+"""A bookie stopped while ZooKeeper is gone: it waits a bounded time for its registration's removal, then
+drains its journal and checkpoints as any stop, instead of retrying the unregister for the whole
+metadata deadline (120 s) first."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from bkctl import limits
+from bkctl.commands.sandbox_procs import start_children, stop_children
+from bkctl.metadata.layout import Layout
+from bkctl.metadata.zk_server import ZooKeeperServer
+from bkctl.metadata.zookeeper import ZooKeeperStore
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_bookie_stops_promptly_when_zookeeper_is_gone(tmp_path: Path) -> None:
+    with ZooKeeperServer(tick_ms=200) as server:
+        with ZooKeeperStore(server.hosts) as store:
+            Layout(store).init_cluster()
+        children, _ = start_children(tmp_path, server.hosts, 1, 0)
+        try:
+            server.stop()  # gone: nothing answers on its port
+            started = time.monotonic()
+            bookie = children[0].proc
+            bookie.terminate()
+            try:
+                bookie.wait(limits.BOOKIE_UNREGISTER_AT_STOP_S + 20)
+            except subprocess.TimeoutExpired:
+                pytest.fail("the bookie did not stop within its unregister wait and 20 s")
+            stopped_s = time.monotonic() - started
+        finally:
+            stop_children(children)
+    log = children[0].log_path.read_text(errors="replace")
+    assert bookie.returncode == 0, log[-2000:]
+    assert "did not remove the registration within 5 s; stopping anyway" in log
+    assert log.rstrip().endswith("stopped")  # the journal drained and the last checkpoint done
+    assert stopped_s < limits.BOOKIE_UNREGISTER_AT_STOP_S + 20
