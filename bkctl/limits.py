@@ -65,9 +65,10 @@ METADATA_RETRY_DEADLINE_MS_MAX: Final = 3_600_000
 METADATA_RETRY_BACKOFF_START_MS: Final = 100
 METADATA_RETRY_BACKOFF_MAX_MS: Final = 2_000
 METADATA_CONNECT_TIMEOUT_MS: Final = 5_000
-# A bookie that stops waits this long for its registration's removal, then goes on stopping (drains its
-# journal, checkpoints): with the store unreachable, the registration goes when the session expires.
-BOOKIE_UNREGISTER_AT_STOP_S: Final = 5.0
+# A process that stops waits this long for each metadata call of its stop (a bookie's unregister, an
+# autorecovery daemon's vote withdrawal), then goes on stopping: with the store unreachable, what the
+# call would have removed goes when the session expires.
+METADATA_AT_STOP_S: Final = 5.0
 # get_many(): ZooKeeper reads in flight at once (pipelined on one connection), and paths per SQLite
 # `WHERE path IN (...)` query (SQLite allows 32,766 parameters; smaller chunks keep the store's lock short).
 METADATA_GET_MANY_WINDOW: Final = 1000

@@ -173,6 +173,7 @@ def run_daemon(
 ) -> None:
     """The reactor until SIGTERM / Ctrl-C; a daemon that cannot start exits with its error's code."""
     from twisted.internet import reactor as the_reactor
+    from twisted.internet import threads
 
     from bkctl.commands.options import open_layout
     from bkctl.recovery.config import daemon_config
@@ -203,8 +204,14 @@ def run_daemon(
                 where = f" (metrics on 127.0.0.1:{listener.getHost().port}/metrics)"
             message(f"autorecovery daemon {daemon_id} running on {uri}{where}")
 
+        def stop() -> Any:
+            # The store closes before the reactor joins its threads: a metadata call still retrying
+            # through an outage then gives up, instead of holding the exit for the metadata deadline.
+            stopped = daemon.stop()
+            return stopped.addBoth(lambda _: threads.deferToThread(layout.store.close))
+
         reactor.callWhenRunning(lambda: daemon.start().addCallbacks(started, failed))
-        reactor.addSystemEventTrigger("before", "shutdown", daemon.stop)
+        reactor.addSystemEventTrigger("before", "shutdown", stop)
         run_until_stopped(reactor)
     if failure:
         raise failure[0] if isinstance(failure[0], BkctlError) else BkctlError(str(failure[0]))

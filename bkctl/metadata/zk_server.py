@@ -95,12 +95,20 @@ class ZooKeeperServer:
     def pause(self, seconds: float) -> None:
         """SIGSTOP the server for `seconds` (a long GC pause, a partition), then SIGCONT, whatever
         happens meanwhile: sessions past their timeout expire."""
-        assert self._proc is not None
-        self._proc.send_signal(signal.SIGSTOP)
+        self.freeze()
         try:
             time.sleep(seconds)
         finally:
-            self._proc.send_signal(signal.SIGCONT)
+            self.thaw()
+
+    def freeze(self) -> None:
+        """SIGSTOP: connections stay open and nothing answers (`thaw` resumes; `stop` kills it anyway)."""
+        assert self._proc is not None
+        self._proc.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        assert self._proc is not None
+        self._proc.send_signal(signal.SIGCONT)
 
     def restart(self, down_s: float = 0.0, timeout_s: float = START_TIMEOUT_S) -> None:
         """kill -9, stay down `down_s` (the port refuses connections), start again on the same port and

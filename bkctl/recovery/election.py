@@ -15,6 +15,7 @@ from typing import Any
 from twisted.internet import threads
 from twisted.internet.defer import Deferred, succeed
 
+from bkctl.metadata.at_stop import within_stop_wait
 from bkctl.metadata.autorecovery import UR_ELECTION
 from bkctl.metadata.layout import Layout
 from bkctl.metadata.store import Subscription, name_of
@@ -56,7 +57,10 @@ class AuditorElection:
         vote, self.vote_path = self.vote_path, None
         if vote is None:
             return succeed(None)
-        return self._in_thread(self._delete_quietly, vote)
+        withdrawn = self._in_thread(self._delete_quietly, vote)
+        return within_stop_wait(
+            withdrawn, "autorecovery stop: withdrawing the auditor vote", self._reactor, log
+        )
 
     def _in_thread(self, function: Callable[..., Any], *args: Any) -> Deferred[Any]:
         return threads.deferToThreadPool(self._reactor, self._reactor.getThreadPool(), function, *args)

@@ -21,8 +21,8 @@ from twisted.internet import defer, task, threads
 from twisted.internet.defer import Deferred
 from twisted.internet.error import CannotListenError
 
-from bkctl import limits
 from bkctl.errors import BkctlError, ConflictError, UnavailableError
+from bkctl.metadata.at_stop import within_stop_wait
 from bkctl.metadata.layout import Layout
 from bkctl.metadata.retry import RetryPolicy
 from bkctl.metadata.store import MetadataStore, parse_metadata_uri
@@ -339,25 +339,11 @@ class BookieService:
         log.info("bookie %s stopped", self.bookie_id or "(not started)")
 
     async def _unregister_at_stop(self) -> None:
-        """Unregister, waiting at most BOOKIE_UNREGISTER_AT_STOP_S: a metadata store that does not answer
-        must not hold back the journal's drain and the last checkpoint (the retrying call gives up when
-        the store is closed, at the end of the stop)."""
+        """Unregister; a metadata store that does not answer does not hold back the journal's drain and
+        the last checkpoint (metadata/at_stop.py)."""
         unregistered = self._unregister()
-        if unregistered is None:
-            return
-        wait_s = limits.BOOKIE_UNREGISTER_AT_STOP_S
-        try:
-            await unregistered.addTimeout(wait_s, self._reactor)
-        except defer.TimeoutError:
-            log.warning(
-                "bookie stop: the metadata store did not remove the registration within %.0f s; "
-                "stopping anyway (a ZooKeeper registration goes when its session expires)",
-                wait_s,
-            )
-        except BkctlError as exc:
-            log.error("bookie stop: unregister failed: %s", exc)
-        except Exception:
-            log.exception("bookie stop: unregister failed")
+        if unregistered is not None:
+            await within_stop_wait(unregistered, "bookie stop: unregister", self._reactor, log)
 
     def _unregister(self) -> Deferred[Any] | None:
         if self.layout is None or self.registered_read_only is None or not self.bookie_id:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from bkctl import limits
 from bkctl.commands.sandbox_procs import BookieChild, start_children, stop_children
 from bkctl.metadata.layout import UR_LOCKS, Layout
 from bkctl.metadata.zk_server import ZooKeeperServer
@@ -186,3 +187,28 @@ def test_a_daemon_started_while_zookeeper_is_away_comes_up_when_it_is_back() -> 
             if proc is not None:
                 proc.terminate()
                 proc.wait(30)
+
+
+def test_a_daemon_stops_promptly_when_zookeeper_is_frozen() -> None:
+    """SIGTERM while ZooKeeper does not answer: the auditor vote's withdrawal is waited for
+    METADATA_AT_STOP_S, not retried for the metadata deadline (it took 129 s)."""
+    with ZooKeeperServer(tick_ms=200) as server:
+        uri = server.hosts
+        with ZooKeeperStore(uri) as store:
+            Layout(store).init_cluster()
+            proc = daemon(uri, "stopping-daemon")
+            until(lambda: Layout(store).current_auditor() == "stopping-daemon", "its vote", 60)
+        server.freeze()
+        try:
+            started = time.monotonic()
+            proc.terminate()
+            proc.wait(limits.METADATA_AT_STOP_S + 20)
+            assert time.monotonic() - started < limits.METADATA_AT_STOP_S + 20
+            assert proc.returncode == 0
+        finally:
+            server.thaw()
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
+    log = Path("/tmp/daemon-stopping-daemon.log").read_text()
+    assert "the auditor vote: the metadata store did not answer within 5 s; stopping anyway" in log
