@@ -22,9 +22,9 @@ from twisted.web.server import NOT_DONE_YET
 
 from bkctl.protocol.wire import rc_name
 from bkctl.server.config import BookieConfig
+from bkctl.server.connection import NetworkMetrics
 from bkctl.server.gc import GarbageCollector
 from bkctl.server.metrics import FSYNC_BUCKETS_MS
-from bkctl.server.protocol import NetworkMetrics
 from bkctl.server.storage import Storage
 
 PROMETHEUS_CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"

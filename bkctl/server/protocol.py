@@ -19,13 +19,10 @@ from __future__ import annotations
 import logging
 import ssl
 import struct
-from collections.abc import Callable
-from dataclasses import dataclass
 from functools import partial
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from twisted.internet import protocol
-from twisted.internet.defer import Deferred
 from twisted.internet.interfaces import IPushProducer
 from twisted.python.failure import Failure
 from zope.interface import implementer
@@ -35,6 +32,7 @@ from bkctl.errors import ProtocolError
 from bkctl.netio import write_now
 from bkctl.protocol import wire, wire_v3
 from bkctl.server import start_tls
+from bkctl.server.connection import NetworkMetrics, StorageApi
 from bkctl.server.protocol_v3 import LateReply, V3Requests
 from bkctl.tls_channel import TlsChannel, TlsError
 
@@ -58,58 +56,6 @@ _V2_VERSION_MAX: Final = wire.PROTOCOL_VERSION_MAX  # a higher first byte is a v
 # A framed add reply in one pack: length prefix, header, rc, ledger id, entry id.
 _FRAMED_ADD_RESPONSE: Final = struct.Struct(">iIiqq")
 _ADD_V2_RESPONSE_HEADER: Final = wire.pack_header(wire.PROTOCOL_VERSION, wire.OpCode.ADD_ENTRY, 0)
-
-
-class StorageApi(Protocol):
-    """What the protocol needs of bkctl.server.storage.Storage (a Protocol, so tests can use a fake)."""
-
-    def add(
-        self,
-        ledger_id: int,
-        entry_id: int,
-        master_key: bytes,
-        entry: bytes | bytearray,
-        recovery: bool,
-        token: object,
-    ) -> int: ...
-
-    def fence(self, ledger_id: int, master_key: bytes, token: object) -> int: ...
-
-    def read(self, ledger_id: int, entry_id: int) -> tuple[int, bytes]: ...
-
-    def entry_availability(self, ledger_id: int) -> Deferred[tuple[int, bytes]]: ...
-
-    # The v3 operations (server/protocol_v3.py).
-    def explicit_lac(self, ledger_id: int) -> bytes | None: ...
-
-    def is_fenced(self, ledger_id: int) -> bool: ...
-
-    def write_lac(self, ledger_id: int, master_key: bytes, lac_body: bytes, token: object) -> int: ...
-
-    def force_ledger(self, ledger_id: int, token: object) -> int: ...
-
-    def last_add_confirmed(self, ledger_id: int) -> tuple[int, int]: ...
-
-    def watch_lac(self, ledger_id: int, previous_lac: int, notify: Callable[[], None]) -> bool: ...
-
-    def unwatch_lac(self, ledger_id: int, notify: Callable[[], None]) -> None: ...
-
-    def disk_space(self) -> tuple[int, int]: ...
-
-
-@dataclass
-class NetworkMetrics:
-    """Counters of the network side, for /metrics (reactor thread only, no lock)."""
-
-    connections_open: int = 0
-    connections_total: int = 0
-    connections_refused: int = 0  # accepted before the bookie was ready, closed at once
-    frames_rejected: int = 0  # malformed length or oversized: connection closed
-    bad_requests: int = 0  # answered with EBADREQ
-    read_pauses: int = 0  # times a connection stopped being read (backpressure)
-    tls_handshakes: int = 0  # connections switched to TLS by START_TLS
-    tls_handshake_failures: int = 0
-    tls_required_refusals: int = 0  # requests answered EUA before START_TLS (tlsRequired)
 
 
 def deliver_durable(tokens: list[object]) -> None:

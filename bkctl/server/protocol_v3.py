@@ -22,14 +22,12 @@ import logging
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from bkctl.errors import ProtocolError
 from bkctl.protocol import wire, wire_v3
 from bkctl.protocol.wire_v3 import Operation, OperationType, StatusCode, V3Request
-
-if TYPE_CHECKING:
-    from bkctl.server.protocol import BookieProtocol
+from bkctl.server.connection import Connection
 
 log = logging.getLogger("bkctl.bookie")
 
@@ -63,7 +61,7 @@ def framed(payload: bytes) -> bytes:
 class V3Requests:
     """The v3 requests of one connection."""
 
-    def __init__(self, connection: BookieProtocol) -> None:
+    def __init__(self, connection: Connection) -> None:
         self.connection = connection
         self.storage = connection.storage
         self._handlers: dict[int, Callable[[V3Request, Operation], None]] = {

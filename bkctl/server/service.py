@@ -30,9 +30,10 @@ from bkctl.metadata.stores import open_store
 from bkctl.protocol import metadata_format as mf
 from bkctl.server import cookies
 from bkctl.server.config import BookieConfig
+from bkctl.server.connection import NetworkMetrics
 from bkctl.server.dirlock import DirectoryLocks, holder_text, lock_directories
 from bkctl.server.gc import GarbageCollector, GcSettings
-from bkctl.server.protocol import BookieFactory, NetworkMetrics, deliver_durable, deliver_lost
+from bkctl.server.protocol import BookieFactory, deliver_durable, deliver_lost
 from bkctl.server.replay import ReplayProgress
 from bkctl.server.storage import ReplayReport, Storage, StorageConfig
 from bkctl.tls import server_context

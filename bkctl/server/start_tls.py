@@ -21,27 +21,24 @@ from __future__ import annotations
 
 import logging
 import weakref
-from typing import TYPE_CHECKING
 
 from twisted.python.failure import Failure
 
 from bkctl.errors import ProtocolError
 from bkctl.netio import write_now
 from bkctl.protocol import wire, wire_v3
+from bkctl.server.connection import Connection
 from bkctl.tls_channel import TlsChannel, TlsError, describe
-
-if TYPE_CHECKING:
-    from bkctl.server.protocol import BookieProtocol
 
 log = logging.getLogger("bkctl.bookie")
 
 HANDSHAKING = "handshaking"
 PROTECTED = "protected"
 FAILED = "failed"  # the TLS session failed (logged, counted): the connection is closing
-_refusing: weakref.WeakSet[BookieProtocol] = weakref.WeakSet()  # connections already logged as refused
+_refusing: weakref.WeakSet[Connection] = weakref.WeakSet()  # connections already logged as refused
 
 
-def answer(connection: BookieProtocol, request: wire_v3.V3Request, payload_size: int) -> None:
+def answer(connection: Connection, request: wire_v3.V3Request, payload_size: int) -> None:
     """Answer a START_TLS request (`payload_size`: its frame's payload, to see that nothing follows)."""
     txn_id = request.header.txn_id
     context = connection.factory.tls_context
@@ -62,7 +59,7 @@ def answer(connection: BookieProtocol, request: wire_v3.V3Request, payload_size:
     connection.tls = TlsChannel(context, server_side=True)
 
 
-def received(connection: BookieProtocol, channel: TlsChannel, data: bytes) -> bytes:
+def received(connection: Connection, channel: TlsChannel, data: bytes) -> bytes:
     """Ciphertext read from the connection in, its plaintext out (b"" when there is none yet, or the
     session failed: then the connection is closing)."""
     handshaking = not channel.handshake_done
@@ -81,13 +78,13 @@ def received(connection: BookieProtocol, channel: TlsChannel, data: bytes) -> by
     return plaintext
 
 
-def _handshake_done(connection: BookieProtocol) -> None:
+def _handshake_done(connection: Connection) -> None:
     connection.tls_state = PROTECTED
     connection.factory.metrics.tls_handshakes += 1
     connection.protected()
 
 
-def _failed(connection: BookieProtocol, channel: TlsChannel, why: str) -> None:
+def _failed(connection: Connection, channel: TlsChannel, why: str) -> None:
     """The session failed: log with the peer, count a handshake's failure, send the alert, close."""
     if connection.tls_state == HANDSHAKING:
         connection.factory.metrics.tls_handshake_failures += 1
@@ -101,7 +98,7 @@ def _failed(connection: BookieProtocol, channel: TlsChannel, why: str) -> None:
     connection.drop()
 
 
-def refused(connection: BookieProtocol, payload: bytes) -> bool:
+def refused(connection: Connection, payload: bytes) -> bool:
     """TLS required and the connection is not protected yet: answer anything but START_TLS and AUTH
     with EUA (True); what does not decode goes on to the usual EBADREQ (False)."""
     try:
@@ -125,7 +122,7 @@ def refused(connection: BookieProtocol, payload: bytes) -> bool:
     return True
 
 
-def connection_lost(connection: BookieProtocol, reason: Failure) -> None:
+def connection_lost(connection: Connection, reason: Failure) -> None:
     """A connection that ends during its handshake failed it: log the peer and why, count it."""
     if connection.tls_state != HANDSHAKING:
         return
