@@ -25,3 +25,9 @@ class ScanStop:
     @property
     def is_error(self) -> bool:
         return self.status is StopStatus.ERROR
+
+    @property
+    def read_all_valid(self) -> bool:
+        """The scan read all the valid data: it ended cleanly, or at a record cut by the end of the file
+        (a kill during a write past the last fsync, which nothing acknowledged names)."""
+        return not self.is_error or self.truncated

@@ -51,6 +51,19 @@ _WRITE_AND_WAIT: Final = 1 | 2 | 4
 WRITE_OUT_STEP: Final = 128 * 1024
 
 
+def read_into(fd: int, buffer: bytearray | memoryview, offset: int) -> int:
+    """Fill `buffer` from file `offset`, finishing short reads (short only at the end of the file); the
+    bytes read. The reads release the GIL."""
+    view = memoryview(buffer)
+    filled = 0
+    while filled < len(view):
+        count = os.preadv(fd, [view[filled:]], offset + filled)
+        if count <= 0:
+            break
+        filled += count
+    return filled
+
+
 def write_all(fd: int, buffers: Sequence[bytes | bytearray | memoryview], offset: int) -> None:
     """pwritev `buffers` at `offset`, IOV_MAX at a time, finishing any short write."""
     for first in range(0, len(buffers), IOV_MAX):

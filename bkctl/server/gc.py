@@ -44,9 +44,8 @@ from bkctl.errors import NotFoundError
 from bkctl.files.entrylog import ledger_sizes, open_entry_log
 from bkctl.metadata.layout import Layout
 from bkctl.protocol import entrylog_format as ef
-from bkctl.protocol.scanning import ScanStop
 from bkctl.server.faults import fault_point
-from bkctl.server.fileio import remove_gradually
+from bkctl.server.fileio import CLOEXEC, remove_gradually
 from bkctl.server.gc_overreplicated import OverReplication
 from bkctl.server.gc_scan import ScanChild
 from bkctl.server.storage import Storage
@@ -60,7 +59,6 @@ MARKER_SUFFIX: Final = ".compacting"
 # with a concurrent writer's p99 3.8-5.7 ms; 1 MiB 171-191 MB/s, 2.1-6.0 ms; 512 KiB 142-164 MB/s,
 # 2.2-2.6 ms (alone: 1.5-2.1 ms); 256 KiB 127-148 MB/s, no better.
 BATCH_BYTES: Final = 512 * 1024
-_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 # The GIL switch interval while compaction copies (see _short_gil_slices).
 COMPACTION_SWITCH_INTERVAL_S: Final = 0.0005
 
@@ -154,17 +152,11 @@ def marker_path(log_path: Path) -> Path:
 def _sizes_of(path: Path) -> tuple[dict[int, int], bool]:
     """Bytes per ledger of one log (ledgers map, else a scan) and whether they are complete."""
     sizes = ledger_sizes(open_entry_log(path))
-    return sizes.sizes, _complete(sizes.stop)
-
-
-def _complete(stop: ScanStop | None) -> bool:
-    """A scan that read the whole log; a record cut by the end of the file (a kill during a write past
-    the last fsync, which no index slot names) ends the valid data."""
-    return stop is None or not stop.is_error or stop.truncated
+    return sizes.sizes, sizes.stop is None or sizes.stop.read_all_valid
 
 
 def _write_marker(path: Path) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _CLOEXEC, 0o644)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | CLOEXEC, 0o644)
     try:
         os.fsync(fd)
     finally:

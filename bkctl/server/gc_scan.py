@@ -21,6 +21,7 @@ from array import array
 from pathlib import Path
 from typing import IO, Any, Final
 
+from bkctl.server.fileio import CLOEXEC, read_into
 from bkctl.server.moves import Moved
 
 log = logging.getLogger("bkctl.bookie")
@@ -28,7 +29,6 @@ log = logging.getLogger("bkctl.bookie")
 # kind, bytes of an error message, records, records scanned so far, ledger runs (Moved.runs), spans
 _FRAME: Final = struct.Struct(">iqqqqq")
 _BATCH, _END, _ERROR = 1, 2, 3
-_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 # The scan is background work: at nice 10 (a tenth of the bookie's CPU weight) the bookie's reactor and
 # journal threads preempt it as soon as they wake, so a concurrent writer's tail stays short; unlike
 # SCHED_IDLE it still gets its share on a busy machine and cannot starve.
@@ -62,7 +62,7 @@ class ScanChild:
             "batch_bytes": batch_bytes,
         }
         self._close_log()
-        self._log_fd = os.open(path, os.O_RDONLY | _CLOEXEC)
+        self._log_fd = os.open(path, os.O_RDONLY | CLOEXEC)
         # The child has just read these pages: no read-ahead if they were dropped since (see gc.py).
         os.posix_fadvise(self._log_fd, 0, 0, os.POSIX_FADV_RANDOM)
         assert self._proc.stdin is not None
@@ -115,12 +115,8 @@ def _read_spans(fd: int, spans: list[tuple[int, int]]) -> bytearray:
     with memoryview(records) as view:
         at = 0
         for offset, length in spans:
-            done = 0
-            while done < length:
-                got = os.preadv(fd, [view[at + done : at + length]], offset + done)
-                if not got:
-                    raise OSError(f"the old entry log ends before offset {offset + length}")
-                done += got
+            if read_into(fd, view[at : at + length], offset) < length:
+                raise OSError(f"the old entry log ends before offset {offset + length}")
             at += length
     return records
 

@@ -36,11 +36,11 @@ from bkctl.files.chunks import FileScan
 from bkctl.protocol import entrylog_format as ef
 from bkctl.protocol import index_format as ixf
 from bkctl.protocol.entrylog_format import RecordKind
+from bkctl.server.fileio import CLOEXEC
 from bkctl.server.moves import Moved
 
 Column = npt.NDArray[np.int64]
 
-_CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 _SIZE_PREFIX: Final = 4
 # A record's size prefix, ledger id and entry id, as they start every entry log record.
 _HEAD: Final = np.dtype([("size", ">i4"), ("ledger", ">i8"), ("entry", ">i8")])
@@ -63,7 +63,7 @@ class LiveRecords:
         self.log_id = log_id
         self.path = path
         self._index_paths = index_paths
-        self._fd = os.open(path, os.O_RDONLY | _CLOEXEC)
+        self._fd = os.open(path, os.O_RDONLY | CLOEXEC)
         self._size = os.fstat(self._fd).st_size
         # No read-ahead: each READ_CHUNK read is one request on the disk, never a queue of them ahead
         # of the journal's fdatasync (the writers' latency on a shared disk).
@@ -186,7 +186,7 @@ class LiveRecords:
                     break
         else:
             stop = self._generic_scan.stop
-            if stop is not None and stop.is_error and not stop.truncated:
+            if stop is not None and not stop.read_all_valid:
                 self.error = f"{self.path} offset {stop.position}: {stop.reason}"
             self._done = True
         starts, ends, ledgers, entries = (np.array(column, np.int64) for column in found)
@@ -274,7 +274,7 @@ def _spans(starts: Column, ends: Column) -> list[tuple[int, int]]:
 def _slots_naming(path: Path, log_id: int) -> Iterator[tuple[Column, Column]]:
     """(record starts, entry ids) of one index file's slots naming `log_id`, a chunk at a time."""
     try:
-        fd = os.open(path, os.O_RDONLY | _CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | CLOEXEC)
     except FileNotFoundError:  # deleted since: its records are garbage
         return
     try:
@@ -292,7 +292,7 @@ def _slots_naming(path: Path, log_id: int) -> Iterator[tuple[Column, Column]]:
 
 def _index_page(path: Path, page_no: int) -> Column:
     try:
-        fd = os.open(path, os.O_RDONLY | _CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | CLOEXEC)
     except FileNotFoundError:  # deleted since: its records are garbage
         return np.zeros(ixf.SLOTS_PER_PAGE, np.int64)
     try:

@@ -34,6 +34,7 @@ from bkctl.protocol import entry as entry_codec
 from bkctl.protocol import journal_format as jf
 from bkctl.protocol.journal_format import RecordKind
 from bkctl.protocol.scanning import ScanStop, StopStatus
+from bkctl.server.fileio import read_into
 from bkctl.server.journal import Mark, list_journals
 
 log = logging.getLogger("bkctl.bookie")
@@ -228,7 +229,7 @@ class _JournalScan:
         base = start  # file offset of buffer[0]
         # Every pass but the last moves `base` forward by at least one record (the chunk holds one whole).
         for _ in range(size // jf.PADDING_HEADER_SIZE + 2):
-            end = _read_chunk(fd, self.buffer, base)
+            end = read_into(fd, self.buffer, base)
             at_eof = base + end >= size or end < len(self.buffer)
             stop = self._scan_chunk(base, end, version, at_eof)
             self.progress(max(0, min(stop.position, size) - base), 0)
@@ -250,7 +251,7 @@ class _JournalScan:
             return None  # no group alignment to find again
         candidate = -(-(stop.position + 1) // RESYNC_ALIGNMENT) * RESYNC_ALIGNMENT
         while candidate < size:
-            end = _read_chunk(fd, self.buffer, candidate)
+            end = read_into(fd, self.buffer, candidate)
             at_eof = candidate + end >= size
             # Candidates in the first half only (unless at the end): a group there is whole in the chunk.
             last = end if at_eof else end // 2
@@ -346,15 +347,3 @@ def _verified_group_at(view: memoryview, offset: int, base: int, version: int, a
         if kind is RecordKind.DATA and entry_codec.infer_digest(body) is not None:
             return True
     return False
-
-
-def _read_chunk(fd: int, buffer: bytearray, offset: int) -> int:
-    """Fill `buffer` from file `offset` (short only at the end of the file); returns the bytes read."""
-    view = memoryview(buffer)
-    filled = 0
-    while filled < len(buffer):
-        count = os.preadv(fd, [view[filled:]], offset + filled)
-        if count <= 0:
-            break
-        filled += count
-    return filled
