@@ -1,5 +1,5 @@
 """Protocol fuzzing of a running bookie process (issue 14, docs/reliability.md): frames of a real Java
-client's captures (../shared/testdata/bookkeeper-java/wire/, v2 and v3) mutated at random (bit flips,
+client's captures (tests/data/bookkeeper-java/wire/, v2 and v3) mutated at random (bit flips,
 cuts, lying length prefixes, wrong versions and opcodes, splices, random bytes), sent in batches over
 fresh connections from several threads, while slow byte-by-byte senders, half-open connections and
 thousands of idle connections hang on. Every second a good client adds and reads an entry (latency
@@ -35,7 +35,7 @@ from bkctl.metadata.stores import layout_at  # noqa: E402
 from bkctl.protocol import wire  # noqa: E402
 from tests.server_net.wire_client import WireClient  # noqa: E402
 
-CAPTURES = REPO.parent / "shared" / "testdata" / "bookkeeper-java" / "wire"
+CAPTURES = REPO / "tests" / "data" / "bookkeeper-java" / "wire"
 FRAMES_PER_CONNECTION_MAX = 40
 SENDERS = 4
 REPLY_WAIT_S = 2.0

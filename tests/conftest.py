@@ -1,4 +1,4 @@
-"""Shared fixtures. The golden files from a real Java BookKeeper live in ../shared beside the repo."""
+"""Shared fixtures. The golden files from a real Java BookKeeper live in tests/data (see its README)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,7 @@ from bkctl.metadata.zk_server import ZooKeeperServer
 from bkctl.metadata.zookeeper import ZooKeeperStore
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
-JAVA_TESTDATA = SHARED / "testdata" / "bookkeeper-java"
+JAVA_TESTDATA = REPO / "tests" / "data" / "bookkeeper-java"
 JAVA_BOOKIES = JAVA_TESTDATA / "bookies-snapshot1"
 JAVA_SHELL_OUTPUT = JAVA_TESTDATA / "shell-output"
 JAVA_ZK_DUMPS = JAVA_TESTDATA / "zk"

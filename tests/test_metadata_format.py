@@ -5,7 +5,7 @@ Where the facts of the hand-written vectors come from: apache/bookkeeper release
 `LedgerMetadataSerDe.java` (serializeVersion1/serializeVersion2 and the v1 reader: quorum, ensemble size
 and length lines, one `first\\tbookie...` line per segment, `last\\tCLOSED` or `-102\\tCLOSED`),
 `DataFormats.proto` (field names and numbers), protobuf-java's `TextFormat` printer (two-space indent,
-`TextFormatEscaper` escapes) and ../shared/reference/bookkeeper.md sections b) and c).
+`TextFormatEscaper` escapes) and the layout of docs/layout.md.
 """
 
 from __future__ import annotations
