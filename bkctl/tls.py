@@ -33,7 +33,7 @@ JAVA_PROVIDER_FACTORY: Final = "org.apache.bookkeeper.tls.TLSContextFactory"
 BKCTL_PROVIDER_FACTORY: Final = "bkctl.tls"
 PROVIDER_FACTORIES: Final = (JAVA_PROVIDER_FACTORY, BKCTL_PROVIDER_FACTORY)
 STORE_TYPE: Final = "PEM"  # Java also reads JKS and PKCS12; bkctl reads PEM only
-PEM_FILE_SIZE_MAX: Final = 1024 * 1024
+PEM_FILE_SIZE_MAX: Final = 1024 * 1024  # local bound
 
 # Java's keys. The client also reads clientKeyStore/clientTrustStore (and their types) first, as Java's
 # ClientConfiguration does; the bookie reads the tls* keys only.

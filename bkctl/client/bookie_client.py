@@ -44,7 +44,7 @@ from bkctl.tls import TlsSettings
 
 log = logging.getLogger(__name__)
 
-RC_TIMEOUT = -1001
+RC_TIMEOUT = -1001  # format fact
 RC_UNAVAILABLE = -1002
 
 Callback = Callable[[int, bytes], None]

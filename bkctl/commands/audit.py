@@ -26,7 +26,7 @@ from bkctl.commands.output import (
 from bkctl.errors import ProblemsFound, UnavailableError, UsageError
 
 FIRST_PER_KIND = 10
-STAGE_POLL_S = 0.25
+STAGE_POLL_S = 0.25  # local bound
 FINDING_COLUMNS = [
     Column("kind", "KIND"),
     Column("ledger_id", "LEDGER", numeric=True),

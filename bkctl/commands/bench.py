@@ -48,8 +48,8 @@ OutstandingOption = Annotated[
 EntrySizeOption = Annotated[
     int, typer.Option("--entry-size", "-s", min=1, max=limits.ENTRY_SIZE_MAX, help="Bytes per entry.")
 ]
-WARMUP_S = 1.0
-PROGRESS_INTERVAL_S = 0.5
+WARMUP_S = 1.0  # local bound
+PROGRESS_INTERVAL_S = 0.5  # local bound
 
 
 def register(root: typer.Typer) -> None:

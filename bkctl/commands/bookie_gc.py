@@ -16,8 +16,8 @@ from bkctl.commands.output import OutputFormat, OutputOption, message, resolve, 
 from bkctl.errors import BkctlError, NotFoundError, UnavailableError, UsageError
 
 # A run with --wait may compact gigabytes; the HTTP answer comes once it is done.
-WAIT_TIMEOUT_S = 24 * 3600.0
-TRIGGER_TIMEOUT_S = 30.0
+WAIT_TIMEOUT_S = 24 * 3600.0  # local bound
+TRIGGER_TIMEOUT_S = 30.0  # local bound
 # The report's fields shown by -o table/plain, in this order.
 SUMMARY = (
     "ledgers_deleted",

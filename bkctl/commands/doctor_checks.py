@@ -26,7 +26,7 @@ UNKNOWN: Final = "unknown"
 
 # Java's diskUsageWarnThreshold default: a bookie warns at 90% and turns read-only at 95%.
 DISK_WARN_FRACTION: Final = 0.90
-HTTP_TIMEOUT_S: Final = 2.0
+HTTP_TIMEOUT_S: Final = 2.0  # local bound
 HTTP_PARALLEL: Final = 8
 MARKS_SHOWN: Final = 10  # under-replicated ledger ids named in the detail line
 

@@ -27,8 +27,8 @@ T = TypeVar("T")
 
 # Calls to Bar.update closer together than this are dropped (never the one that reaches the total): a
 # per-record caller costs a clock read, not a lock and a redraw.
-UPDATE_INTERVAL_S: Final = 0.1
-REFRESHES_PER_S: Final = 4
+UPDATE_INTERVAL_S: Final = 0.1  # local bound
+REFRESHES_PER_S: Final = 4  # local bound
 BAR_WIDTH: Final = 20
 # Items between two looks at the clock in `track`: a million-record scan pays for ~4k of them.
 TRACK_EVERY: Final = 256

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from bkctl.client.client import Client
     from bkctl.recovery.bookie_recovery import RecoveryReport
 
-RECOVERY_LOOK_S = 0.5  # how often a progress bar looks at the copies under way
+RECOVERY_LOOK_S = 0.5  # local bound: how often a progress bar looks at the copies under way
 
 PLAN_COLUMNS = (
     Column("ledger_id", "LEDGER", numeric=True),
@@ -365,7 +365,7 @@ def ledger_recover(
 
 # --- bookie decommission -------------------------------------------------------------------------------
 
-DECOMMISSION_WAIT_S = 600.0
+DECOMMISSION_WAIT_S = 600.0  # local bound
 
 
 @bookie_app.command("decommission")

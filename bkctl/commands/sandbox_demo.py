@@ -19,7 +19,7 @@ ENTRIES = 1000
 ENTRY_SIZE = 1024
 
 
-HEAL_WAIT_S = 120.0
+HEAL_WAIT_S = 120.0  # local bound
 
 
 async def run_demo(

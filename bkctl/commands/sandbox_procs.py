@@ -25,9 +25,9 @@ from bkctl.errors import TimeoutError_, UnavailableError
 
 START_WAIT_S = limits.SANDBOX_BOOKIE_START_WAIT_S
 STOP_WAIT_S = limits.SANDBOX_BOOKIE_STOP_WAIT_S
-CHECK_INTERVAL_S = 0.5
+CHECK_INTERVAL_S = 0.5  # local bound
 RESTART_BACKOFF_S = (1.0, 30.0)  # first wait, longest wait
-RESTARTS_PER_MINUTE_MAX = 5
+RESTARTS_PER_MINUTE_MAX = 5  # local bound
 
 
 class BookieChild:

@@ -44,7 +44,7 @@ LEDGER_PREFIX = "L"
 SHORT_LEVELS = (2, 4, 4)
 LONG_LEVELS = (3, 4, 4, 4, 4)
 # Ids handed out by one id-generation call before it gives up (each failure is a lost race).
-ID_ATTEMPTS_MAX = 100
+ID_ATTEMPTS_MAX = 100  # local bound
 # Ledger metadata read with one get_many: bounds memory; several ZooKeeper windows per call keep the
 # pipeline full between batches.
 READ_BATCH = 10_000

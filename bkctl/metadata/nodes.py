@@ -19,8 +19,8 @@ T = TypeVar("T")
 ProblemSink = Callable[[str, str], None]  # (path, why)
 
 # Java's Integer.MAX_VALUE: ids below it use the short hierarchical path and the short id generator.
-INT_MAX = (1 << 31) - 1
-LEDGER_ID_MAX = (1 << 63) - 1
+INT_MAX = (1 << 31) - 1  # format fact
+LEDGER_ID_MAX = (1 << 63) - 1  # format fact
 
 # Node names under the root (BookKeeperConstants).
 AVAILABLE = "available"
@@ -39,7 +39,7 @@ SPECIAL_ROOT_NODES = frozenset(
 # Concurrent metadata reads in flight when walking trees or reading many marks.
 READ_WINDOW = 32
 # CAS retries of a read-modify-write before giving up with ConflictError.
-CAS_RETRIES_MAX = 100
+CAS_RETRIES_MAX = 100  # local bound
 
 
 @dataclass(frozen=True)

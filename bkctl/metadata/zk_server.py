@@ -21,9 +21,9 @@ from bkctl.errors import UnavailableError
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
 MAIN_CLASS = "org.apache.zookeeper.server.ZooKeeperServerMain"
-START_TIMEOUT_S = 30.0
-STOP_TIMEOUT_S = 10.0
-PORT_ATTEMPTS = 3
+START_TIMEOUT_S = 30.0  # local bound
+STOP_TIMEOUT_S = 10.0  # local bound
+PORT_ATTEMPTS = 3  # local bound
 
 CONFIG = """\
 tickTime={tick_ms}

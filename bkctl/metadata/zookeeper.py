@@ -83,8 +83,8 @@ DELETE_WINDOW = 1000
 # Paths per multiRead request: a few hundred small nodes make a response of some 100 KiB.
 MULTI_READ_PATHS = 250
 # Reads of a get_many that falls back to gets, and the pause between looks at the connection.
-FALLBACK_ATTEMPTS = 3
-FALLBACK_PAUSE_S = 0.05
+FALLBACK_ATTEMPTS = 3  # local bound
+FALLBACK_PAUSE_S = 0.05  # local bound
 T = TypeVar("T")
 
 

@@ -18,8 +18,8 @@ Ids = npt.NDArray[np.int64]
 
 # A piece of a bookie's ledger starts a new row after a gap this wide or once it spans this many ids:
 # rows stay small (<= 512 KiB of bitmap) even for a huge ledger or a far-off stray entry id.
-GAP_MAX = 1 << 16
-SPAN_MAX = 1 << 22
+GAP_MAX = 1 << 16  # local bound
+SPAN_MAX = 1 << 22  # local bound
 
 
 def pack(mask: Mask) -> bytes:

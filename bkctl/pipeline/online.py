@@ -24,7 +24,7 @@ from bkctl.pipeline.inventory import Checks, HoldingRow, Verify, holding_rows, p
 from bkctl.protocol import entry_availability, wire, wire_v3
 
 WINDOW: Final = 256  # requests in flight on one connection
-TIMEOUT_S: Final = 30.0  # per connect and per reply: a bookie silent this long is not answering
+TIMEOUT_S: Final = 30.0  # local bound: per connect and per reply: a bookie silent this long is not answering
 _LENGTH: Final = struct.Struct(">i")
 _K = TypeVar("_K")
 _R = TypeVar("_R")

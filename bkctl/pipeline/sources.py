@@ -24,9 +24,9 @@ if TYPE_CHECKING:
     from bkctl.pipeline.online import OnlineBookie
 
 BATCH_ROWS = 65536
-BATCH_BYTES = 16 << 20  # a batch of bitmap rows ends past this many bytes of bitmaps
+BATCH_BYTES = 16 << 20  # local bound: a batch of bitmap rows ends past this many bytes of bitmaps
 # Index files per partition at most (few big tasks beat many small ones: a task costs ~10 ms).
-FILES_PER_PARTITION_MAX = 256
+FILES_PER_PARTITION_MAX = 256  # local bound
 
 # inventory.HoldingRow and inventory.segment_rows, as Spark schemas.
 HOLDING_SCHEMA = (

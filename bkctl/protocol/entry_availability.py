@@ -21,7 +21,7 @@ HEADER_SIZE: Final = 64
 VERSION: Final = 0
 _HEADER: Final = struct.Struct(">ii")
 _GROUP: Final = struct.Struct(">qqii")
-_INT_MAX: Final = 2**31 - 1
+_INT_MAX: Final = 2**31 - 1  # format fact
 
 
 @dataclass(frozen=True)

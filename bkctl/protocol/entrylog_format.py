@@ -33,7 +33,7 @@ LEDGERS_MAP_HEADER_SIZE: Final = 20
 LEDGERS_MAP_ITEM_SIZE: Final = 16
 RECORD_KEY_SIZE: Final = 16
 LOG_SUFFIX: Final = ".log"
-LAST_ID_SIZE_MAX: Final = 32
+LAST_ID_SIZE_MAX: Final = 32  # format fact
 
 _HEADER: Final = struct.Struct(">4siqi")
 _INT32: Final = struct.Struct(">i")

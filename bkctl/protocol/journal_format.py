@@ -32,7 +32,7 @@ from bkctl.protocol.scanning import ScanStop, StopStatus
 
 MAGIC: Final = b"BKLG"
 VERSION_MIN: Final = 1
-VERSION_MAX: Final = 6
+VERSION_MAX: Final = 6  # format fact
 V_HEADER: Final = 2  # first version with the "BKLG" header
 V_MASTER_KEY: Final = 3
 V_FENCE: Final = 4

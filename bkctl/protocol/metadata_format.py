@@ -169,7 +169,7 @@ def _parse_text(data: bytes, spec: MessageSpec, size_max: int) -> dict[int, list
 
 LEDGER_METADATA_HEADER = b"BookieMetadataFormatVersion\t"
 LEDGER_METADATA_FORMAT_VERSION = 3
-_VERSION_DIGITS_MAX = 10  # as Java's reader
+_VERSION_DIGITS_MAX = 10  # format fact: as Java's reader
 _V1_CLOSED = "CLOSED"
 _V1_IN_RECOVERY_ENTRY_ID = -102
 

@@ -306,7 +306,7 @@ def _checked_number(text: str, spec: FieldSpec) -> int:
 
 
 _INTEGER = re.compile(r"(-?)(?:0[xX]([0-9A-Fa-f]+)|(0[0-7]*)|([1-9][0-9]*))")
-_INTEGER_DIGITS_MAX = 40
+_INTEGER_DIGITS_MAX = 40  # format fact
 
 
 def parse_integer(text: str) -> int:

@@ -70,7 +70,7 @@ FLAG_HIGH_PRIORITY: Final = 0x4
 
 # What Java clients send; 0 and 1 are older clients. Higher bytes are not v2 (see wire_v3.is_v2_frame).
 PROTOCOL_VERSION: Final = 2
-PROTOCOL_VERSION_MAX: Final = 2
+PROTOCOL_VERSION_MAX: Final = 2  # format fact
 # Read and batch-read requests carry a master key only from version 2 on, and only when fencing.
 _KEYED_READ_VERSION: Final = 2
 

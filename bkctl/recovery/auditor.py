@@ -255,6 +255,6 @@ class Auditor:
         log.warning("auditor: %s", failure.getErrorMessage())
 
 
-AUDIT_RETRY_S = 2.0
+AUDIT_RETRY_S = 2.0  # local bound
 CHECK_ALL = "checkallledgersctime"
-SWEEP_MIN_DELAY_S = 1.0
+SWEEP_MIN_DELAY_S = 1.0  # local bound

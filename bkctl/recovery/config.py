@@ -7,12 +7,12 @@ from collections.abc import Mapping
 from bkctl import limits
 from bkctl.errors import UsageError
 from bkctl.model import DigestType
+from bkctl.protocol.properties import int_key
 from bkctl.recovery.auditor import AuditorConfig
 from bkctl.recovery.worker import WorkerConfig
-from bkctl.server.config import int_key
 
-DAY_S = 86_400
-INT_MAX = 2**31 - 1
+DAY_S = 86_400  # format fact
+INT_MAX = 2**31 - 1  # format fact
 
 
 def daemon_config(

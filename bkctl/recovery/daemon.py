@@ -145,8 +145,8 @@ class AutorecoveryDaemon:
         log.debug("daemon status not published: %s", failure.getErrorMessage())
 
 
-STATUS_INTERVAL_S = 2.0
-RATE_WINDOW_S = 5.0
+STATUS_INTERVAL_S = 2.0  # local bound
+RATE_WINDOW_S = 5.0  # local bound
 
 
 def autorecovery_daemon(

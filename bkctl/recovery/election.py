@@ -165,4 +165,4 @@ class AuditorElection:
             log.debug("auditor vote %s not deleted: %s", path, exc)
 
 
-RETRY_S = 1.0
+RETRY_S = 1.0  # local bound

@@ -8,7 +8,7 @@ from typing import Any
 
 from twisted.web.resource import Resource
 
-from bkctl.server.http import PROMETHEUS_CONTENT_TYPE, metric
+from bkctl.protocol.prometheus import CONTENT_TYPE, metric
 
 # status() key -> (metric, kind, help)
 COUNTERS = (
@@ -51,7 +51,7 @@ class _Metrics(Resource):
         self.daemon = daemon
 
     def render_GET(self, request: Any) -> bytes:
-        request.setHeader(b"content-type", PROMETHEUS_CONTENT_TYPE)
+        request.setHeader(b"content-type", CONTENT_TYPE)
         return "".join(daemon_lines(self.daemon)).encode()
 
 

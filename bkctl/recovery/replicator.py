@@ -32,8 +32,8 @@ if TYPE_CHECKING:
 
 _EOK = int(wire.ReturnCode.EOK)
 WINDOW_ENTRIES = 512
-WINDOW_BYTES = 16 * 1024 * 1024
-SWAP_CAS_MAX = 20
+WINDOW_BYTES = 16 * 1024 * 1024  # local bound
+SWAP_CAS_MAX = 20  # local bound
 
 
 class UnrecoverableError(BkctlError):

@@ -16,6 +16,8 @@ from typing import Any, Final
 from bkctl import limits
 from bkctl.errors import UsageError
 from bkctl.model import BookieId
+from bkctl.protocol.properties import float_key as _float
+from bkctl.protocol.properties import int_key as _int
 from bkctl.tls import SERVER_KEYS as TLS_KEYS
 from bkctl.tls import TlsSettings, server_settings
 
@@ -24,7 +26,7 @@ log = logging.getLogger("bkctl.bookie")
 MIB: Final = 1024 * 1024
 DEFAULT_PORT: Final = 3181
 DEFAULT_HOST: Final = "127.0.0.1"
-CONFIG_FILE_SIZE_MAX: Final = 4 * MIB
+CONFIG_FILE_SIZE_MAX: Final = 4 * MIB  # local bound
 _ESCAPES: Final = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
 
 
@@ -173,30 +175,6 @@ def read_properties_file(path: Path) -> dict[str, str]:
 
 
 # --- values -----------------------------------------------------------------------------------------
-
-
-def _int(key: str, value: str, low: int, high: int) -> int:
-    try:
-        number = int(value.strip())
-    except ValueError:
-        raise UsageError(f"config key {key}: {value!r} is not an integer") from None
-    if not low <= number <= high:
-        raise UsageError(f"config key {key}: {number} is not in {low}..{high}")
-    return number
-
-
-# Public for the other daemons' keys in the same bk_server.conf (autorecovery): one way to read a number.
-int_key = _int
-
-
-def _float(key: str, value: str, low: float, high: float) -> float:
-    try:
-        number = float(value.strip())
-    except ValueError:
-        raise UsageError(f"config key {key}: {value!r} is not a number") from None
-    if not low <= number <= high:
-        raise UsageError(f"config key {key}: {number} is not in {low}..{high}")
-    return number
 
 
 def _bool(key: str, value: str) -> bool:

@@ -22,7 +22,7 @@ from pathlib import Path
 from bkctl.errors import DirectoryLockedError, ReadOnlyError, UnavailableError, UsageError
 
 LOCK_FILE = "bkctl.lock"
-HOLDER_SIZE_MAX = 4096
+HOLDER_SIZE_MAX = 4096  # local bound
 
 
 class DirectoryLocks:

@@ -30,7 +30,7 @@ LAST_ID_NAME: Final = "lastId"
 # Buffered bytes before a write: big writes, bounded memory.
 WRITE_BUFFER_SIZE: Final = 4 * 1024 * 1024
 # Entry log files kept open for reads.
-READ_FDS_MAX: Final = 64
+READ_FDS_MAX: Final = 64  # local bound
 _CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 _SIZE_PREFIX: Final = 4
 _FRESH_HEADER: Final = ef.encode_header(ef.EntryLogHeader(ef.HEADER_V1))

@@ -110,7 +110,7 @@ def write_out(fd: int, start: int, end: int) -> None:
 
 # Bytes `remove_gradually` frees per step, and the pause after each.
 REMOVE_STEP: Final = 4 * 1024 * 1024
-REMOVE_PAUSE_S: Final = 0.002
+REMOVE_PAUSE_S: Final = 0.002  # local bound
 
 
 def remove_gradually(path: Path) -> int:

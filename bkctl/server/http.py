@@ -20,14 +20,16 @@ from twisted.python.failure import Failure
 from twisted.web.resource import Resource
 from twisted.web.server import NOT_DONE_YET
 
+from bkctl.protocol.prometheus import CONTENT_TYPE as PROMETHEUS_CONTENT_TYPE
+from bkctl.protocol.prometheus import label as _label
+from bkctl.protocol.prometheus import metric
+from bkctl.protocol.prometheus import number as _number
 from bkctl.protocol.wire import rc_name
 from bkctl.server.config import BookieConfig
 from bkctl.server.connection import NetworkMetrics
 from bkctl.server.gc import GarbageCollector
 from bkctl.server.metrics import FSYNC_BUCKETS_MS
 from bkctl.server.storage import Storage
-
-PROMETHEUS_CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 
 
 class BookieView(Protocol):
@@ -187,18 +189,6 @@ def admin_resource(bookie: BookieView) -> Any:
     bookie_node.putChild(b"gc_details", GcDetails(bookie))
     bookie_node.putChild(b"list_disk_file", ListDiskFiles(bookie))
     return root
-
-
-def _label(value: str) -> str:
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def metric(name: str, kind: str, help_text: str, value: float, labels: str = "") -> Iterator[str]:
-    yield f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n{name}{labels} {_number(value)}\n"
-
-
-def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
 def prometheus_lines(bookie: BookieView) -> Iterator[str]:

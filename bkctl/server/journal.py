@@ -38,7 +38,7 @@ _NO_SPACE: Final = (errno.ENOSPC, errno.EDQUOT)  # failures `reopen` can go on f
 Mark = tuple[int, int]  # (journal id, offset): a position in the journal, as lastMark stores it
 
 # Synced journal bytes dropped from the page cache in one call (see SyncThread._drop_synced).
-_DROP_BATCH_BYTES: Final = 1024 * 1024
+_DROP_BATCH_BYTES: Final = 1024 * 1024  # local bound
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ READ_CHUNK: Final = 256 * 1024
 RUN_GAP: Final = 64 * 1024
 RUN_TAIL: Final = 16 * 1024
 _INDEX_READ: Final = 128 * ixf.PAGE_SIZE
-_PAGES_CACHED_MAX: Final = 1024  # index pages the generic scanner keeps
+_PAGES_CACHED_MAX: Final = 1024  # local bound: index pages the generic scanner keeps
 
 
 class LiveRecords:

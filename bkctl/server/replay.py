@@ -56,7 +56,7 @@ READ_CHUNK_SIZE: Final = max(8 * 1024 * 1024, 2 * (limits.JOURNAL_RECORD_SIZE_MA
 # Where a group commit may start after damage (every journal alignment is a multiple of it).
 RESYNC_ALIGNMENT: Final = jf.DEFAULT_ALIGNMENT
 # Records parsed at a candidate group start before it is given up without a CRC-verified DATA record.
-RESYNC_RECORDS_MAX: Final = 16
+RESYNC_RECORDS_MAX: Final = 16  # local bound
 
 
 @dataclass

@@ -42,8 +42,8 @@ log = logging.getLogger("bkctl.bookie")
 
 # How often a failed registration (e.g. the previous incarnation's session still holds the node) is
 # retried, and for how long before the bookie gives up.
-REGISTER_RETRY_S = 0.5
-REGISTER_ATTEMPTS_MAX = 120
+REGISTER_RETRY_S = 0.5  # local bound
+REGISTER_ATTEMPTS_MAX = 120  # local bound
 
 
 def storage_config(config: BookieConfig) -> StorageConfig:

@@ -68,7 +68,7 @@ _ENTRY_SIZE_MAX: Final = limits.PACKAGED_ENTRY_SIZE_MAX
 _MASTER_KEY_SIZE_MAX: Final = limits.MASTER_KEY_SIZE_MAX
 # Replay indexes what it wrote once it holds this many entries' slots (checked after each run of records,
 # so it may pass it by one read chunk's worth), bounding the slot maps it keeps.
-REPLAY_SLOTS_MAX: Final = 1_000_000
+REPLAY_SLOTS_MAX: Final = 1_000_000  # local bound
 # A checkpoint starts once the write cache holds this share of write_cache_max_bytes (4 of the default
 # 64 MiB). Each checkpoint's burst of entry-log writes and fsyncs slows the journal's fdatasync on a
 # shared disk and was most of the add latency tail: with 3 bookie processes (1 KiB, 512 in flight) p99
@@ -83,7 +83,7 @@ CHECKPOINT_JITTER: Final = (0.5, 1.5)
 # Compaction sends one batch per checkpoint, 20-40 checkpoints a second: those write lastMark (a file
 # fsync, a rename and a directory fsync, each a disk cache flush a concurrent add's journal fdatasync
 # waits behind) at most this often. A lagging lastMark only means a longer replay.
-COMPACTION_MARK_INTERVAL_S: Final = 1.0
+COMPACTION_MARK_INTERVAL_S: Final = 1.0  # local bound
 
 __all__ = ["Moved", "ReplayReport", "Storage", "StorageConfig"]
 
