@@ -1,9 +1,10 @@
-"""The Spark replica audit (issue 13's setup): 3 bookie processes hold LEDGERS closed ledgers of exactly
-ENTRIES 100-byte entries each (E=3, Qw=2, Qa=2), written through the ledger client, then stop (a
-checkpoint); `bkctl audit`'s pipeline runs offline on their directories on local Spark, without and with
---verify-digests; then the bookies start again on the same directories and ports and the audit runs
-online (asking them), without and with --verify-digests. The SparkSession's start is timed apart from the
-audits; each audit's line carries the load average (`/proc/loadavg`) just before it ran.
+"""The Spark replica audit (the reference setup of docs/commands/audit.md): 3 bookie processes hold LEDGERS
+closed ledgers of exactly ENTRIES 100-byte entries each (E=3, Qw=2, Qa=2), written through the ledger
+client, then stop (a checkpoint); `bkctl audit`'s pipeline runs offline on their directories on local
+Spark, without and with --verify-digests; then the bookies start again on the same directories and ports
+and the audit runs online (asking them), without and with --verify-digests. The SparkSession's start is
+timed apart from the audits; each audit's line carries the load average (`/proc/loadavg`) just before it
+ran.
 
     python benchmarks/audit.py                          # 1,000 ledgers x 1,000 entries = 1 million
     python benchmarks/audit.py --entries 5000           # 5 million

@@ -1,4 +1,4 @@
-"""Autorecovery after a kill -9, as issue 12 sets it up: time to healed, with nothing typed.
+"""Autorecovery after a kill -9 (docs/commands/autorecovery.md): time to healed, with nothing typed.
 
 3 bookie processes, each with its autorecovery daemon (`bkctl bookie start --autorecovery`, SQLite
 metadata or, with `--metadata zk`, a ZooKeeper of its own with tickTime 1 s; session timeout 10 s as

@@ -1,4 +1,4 @@
-"""Protocol fuzzing of a running bookie process (issue 14, docs/reliability.md): frames of a real Java
+"""Protocol fuzzing of a running bookie process (docs/reliability.md): frames of a real Java
 client's captures (tests/data/bookkeeper-java/wire/, v2 and v3) mutated at random (bit flips,
 cuts, lying length prefixes, wrong versions and opcodes, splices, random bytes), sent in batches over
 fresh connections from several threads, while slow byte-by-byte senders, half-open connections and

@@ -1,4 +1,4 @@
-"""Garbage collection and compaction of one bookie process (issue 15).
+"""Garbage collection and compaction of one bookie process.
 
 Part 1, space returned: N ledgers of M MB each (1 KiB entries, written interleaved as concurrent writers
 do, so every entry log holds all of them) on a bookie with `logSizeLimit` L; all but one are deleted from
@@ -10,7 +10,7 @@ collected; then a forced major compaction (unthrottled: compactionRateByEntries=
 1 KiB entries to another ledger one at a time: MB/s and entries/s of live data copied, and the writer's
 add latency during the compaction against the same writer just before it.
 
-    python benchmarks/gc.py                                   # 10 ledgers of 100 MB (the issue's size)
+    python benchmarks/gc.py                                   # 10 ledgers of 100 MB (the reference size)
     python benchmarks/gc.py --ledgers 10 --ledger-mb 20 --log-mb 64
 """
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# v3 interop check against a real Java BookKeeper 4.14.8 (issue 16): bkctl bookies only, Java tools with
+# v3 interop check against a real Java BookKeeper 4.14.8: bkctl bookies only, Java tools with
 # their DEFAULT wire protocol (v3, protobuf). Not part of the test suite or CI: runs only with BKJAVA set
 # (../shared/tools/java-bookkeeper/README.md builds it). Steps, each printing RESULT lines:
 #   1. BkClientTest -Dv2=false: write-read 1000, fence-test 100, read (a second client); then

@@ -1,6 +1,6 @@
 """A journal's fdatasync beside a big copy on the same file system: does reserving the copy's blocks help?
 
-The file-system half of issue 15's "concurrent writer during compaction", without the bookie: one thread
+The file-system half of "a concurrent writer during compaction", without the bookie: one thread
 appends 1 KiB records to a journal-like file (blocks reserved ahead with fallocate KEEP_SIZE, as
 bkctl's journal does, so its size grows with every write) and fdatasyncs each, pausing 2 ms between
 them, as the benchmark's writer adds one entry at a time; another thread copies a 512 MiB file into
@@ -12,7 +12,7 @@ new ones, one after another, in 128 KiB steps written out with sync_file_range a
 - reserved: the copy's file has its blocks reserved up front (fallocate KEEP_SIZE), so the copy's own
   block allocations stay out of the file system transactions the journal's fdatasync commits.
 
-On a quiet machine (benchmarks/RESULTS.md, issue 15) the copy moved the loop's p99 by nothing measurable
+On a quiet machine (benchmarks/RESULTS.md, 2026-11-25) the copy moved the loop's p99 by nothing measurable
 either way: the disk is not what a concurrent writer waits for during compaction here.
 
 Prints one line per run: the journal loop's fdatasync p50 / p99 / max and the copy's MB/s.

@@ -1,4 +1,4 @@
-"""Benchmark: what a progress bar costs the scan it follows (issue 17, output for people).
+"""Benchmark: what a progress bar costs the scan it follows (output for people).
 
 `journal inspect --summary` of one generated journal (benchmarks/scan.py's generator, under
 benchmarks/data/), run as an operator runs it, alternately with stderr a pipe (no bar: the scan is not

@@ -1,4 +1,4 @@
-"""`bkctl recover` after a kill -9, as issue 11 sets it up, with the CPU of every process involved.
+"""`bkctl recover` after a kill -9 (docs/commands/recover.md), with the CPU of every process involved.
 
 3 bookie processes (SQLite metadata, data in a temporary directory) write LEDGERS closed ledgers
 (E=3, Qw=2, Qa=2) with `bkctl ledger write`; a spare fourth bookie starts; one of the three is killed -9;

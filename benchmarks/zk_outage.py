@@ -1,8 +1,8 @@
-"""How long after ZooKeeper comes back each kind of metadata operation completes (issue 18).
+"""How long after ZooKeeper comes back each kind of metadata operation completes.
 
 A dedicated ZooKeeper (tickTime 1 s, so sessions of 10 s as Java's default), a bookie process on it and
-a store in this process (session 10 s). For each pause length, ZooKeeper is stopped with SIGSTOP; during
-the pause a create, a versioned set, a get and an ephemeral-sequential create (an auditor vote) are
+a store in this process (session timeout 10 s). For each pause length, ZooKeeper is stopped with SIGSTOP;
+during the pause a create, a versioned set, a get and an ephemeral-sequential create (an auditor vote) are
 issued from threads; then SIGCONT. Printed: for each operation the seconds from SIGCONT to its
 completion, and for the bookie the seconds until it is registered again (its session expired in every
 pause longer than 10 s).

@@ -99,7 +99,7 @@ def test_metadata_option_works_before_the_command(tmp_path: Path) -> None:
 
 
 def test_help_shows_no_python_types_and_whole_summaries() -> None:
-    """Issue 19 item 9: help showed `<list[Path]>` / `<str>` and cut "Print the shell completion
+    """Help showed `<list[Path]>` / `<str>` and cut "Print the shell completion
     script, e.g." at the abbreviation."""
     for args in (
         ["--help"],
@@ -129,7 +129,7 @@ def test_output_option_works_before_the_command(tmp_path: Path) -> None:
 
 
 def test_read_only_commands_create_no_metadata_store(tmp_path: Path) -> None:
-    """Issue 19 item 8: `ledger list --metadata sqlite:///x.db` created x.db; the default store was
+    """`ledger list --metadata sqlite:///x.db` created x.db; the default store was
     created too, and the message did not name the store or the fix; --metadata "" fell back."""
     missing = tmp_path / "x.db"
     result = run_bkctl("ledger", "list", "--metadata", f"sqlite://{missing}")
@@ -155,7 +155,7 @@ def test_read_only_commands_create_no_metadata_store(tmp_path: Path) -> None:
 def test_declining_a_prompt_is_exit_14_and_no_terminal_needs_yes(
     tmp_path: Path, command: tuple[str, ...], said: bytes
 ) -> None:
-    """Issue 19 item 5: answering `n` to `ledger delete` (and to `cluster init --force`) exited 130, the
+    """Answering `n` to `ledger delete` (and to `cluster init --force`) exited 130, the
     Ctrl-C code."""
     db = tmp_path / "metadata.db"
     assert run_bkctl("cluster", "init", "--metadata", f"sqlite://{db}").returncode == 0

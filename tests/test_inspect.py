@@ -579,7 +579,7 @@ def test_small_chunks_give_the_same_records(tmp_path: Path) -> None:
 
 
 def test_bad_paths_are_one_line_not_found_errors(tmp_path: Path) -> None:
-    """Issue 19 item 5: a directory where a file is expected was `internal error: IsADirectoryError`
+    """A directory where a file is expected was `internal error: IsADirectoryError`
     (exit 1); a file where a directory is expected said "no such directory"."""
     for args in (["entrylog", "inspect"], ["entrylog", "metadata"], ["index", "inspect"]):
         code, _, _, exc = invoke(*args, str(tmp_path))
@@ -594,7 +594,7 @@ def test_bad_paths_are_one_line_not_found_errors(tmp_path: Path) -> None:
 
 
 def test_journal_cut_inside_its_header_is_corrupt(tmp_path: Path) -> None:
-    """Issue 19 item 5: a journal cut inside its 512-byte header exited 0 with no records and no
+    """A journal cut inside its 512-byte header exited 0 with no records and no
     warning, and showed `(id None, ...)`."""
     _, data = _copy_journal(tmp_path)
     cut = tmp_path / "cut.txn"
@@ -610,7 +610,7 @@ def test_journal_cut_inside_its_header_is_corrupt(tmp_path: Path) -> None:
 
 
 def test_plain_summary_of_several_journals_names_each_file(tmp_path: Path) -> None:
-    """Issue 19 item 9: `journal inspect <dir> --summary -o plain` did not say which file is which."""
+    """`journal inspect <dir> --summary -o plain` did not say which file is which."""
     _, out, _, _ = invoke(
         "journal", "inspect", str(JAVA_BOOKIES / "bookie1" / "journal"), "--summary", "-o", "plain"
     )
@@ -636,7 +636,7 @@ def _refused_file(tmp_path: Path) -> Path:
 
 
 def test_permission_denied_is_one_line_exit_4(tmp_path: Path) -> None:
-    """Issue 19 item 5: permission denied was exit 2 with usage text for inspect, exit 4 for lastmark.
+    """Permission denied was exit 2 with usage text for inspect, exit 4 for lastmark.
     Each file is a symlink to a file nobody may read, under the name each command looks for."""
     refused = _refused_file(tmp_path)
     mark = tmp_path / "ledgers" / "current" / "lastMark"

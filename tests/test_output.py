@@ -68,7 +68,7 @@ def test_default_format_follows_the_terminal() -> None:
 
 
 def test_json_stays_valid_when_a_stream_fails_midway() -> None:
-    """Issue 19 item 2: a read that failed midway left a bare `[` on stdout (invalid JSON)."""
+    """A read that failed midway left a bare `[` on stdout (invalid JSON)."""
     from bkctl.errors import NotFoundError
 
     def rows() -> Iterator[dict[str, int]]:

@@ -1,4 +1,4 @@
-"""Output for people (issue 17 part 2): rich tables and colours on a terminal, progress on a terminal's
+"""Output for people: rich tables and colours on a terminal, progress on a terminal's
 stderr; piped output byte for byte as before, no colour with NO_COLOR, no progress in a pipe.
 
 Commands run as the console script does, in a child process whose stdout and/or stderr is a

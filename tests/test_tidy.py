@@ -564,3 +564,55 @@ def test_no_tracked_file_exceeds_1_mib() -> None:
     sizes = {name: (REPO / name).stat().st_size for name in listed.decode().split("\0") if name}
     big = {name: size for name, size in sizes.items() if size > TRACKED_FILE_SIZE_MAX}
     assert big == {}
+
+
+# Comments, docs and benchmarks/RESULTS.md speak of code by date and commit. A numbered working session,
+# a numbered helper or a tracker's issue or item means nothing to a reader of the repository. The
+# patterns are exact so that ZooKeeper's sessions ("session timeout 10 s", "sessions of 2-20 s") and
+# code words ("helpers.py", "issue the next add") stay fine.
+_UNITS = r"(?:\s*(?:-\s*\d+\s*)?(?:s|ms|sec|seconds?|min|minutes?)\b)"
+UNFOLLOWABLE = re.compile(
+    r"\bsessions?\s+\d+\b(?!" + _UNITS + r")(?![.,]\d)"
+    r"|\bhelpers?[-_ ]?\d+\b"
+    r"|\bagents?[-_ ]\d+\b"
+    r"|\bissues?\s+#?\d+\b"
+    r"|\bworking sessions?\b",
+    re.I,
+)
+
+
+def unfollowable_references(text: str) -> list[str]:
+    return [match.group() for match in UNFOLLOWABLE.finditer(text)]
+
+
+def test_no_reference_to_sessions_helpers_or_tracker_items() -> None:
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True, check=True).stdout
+    found = []
+    for name in sorted(listed.decode().split("\0")):
+        path = REPO / name
+        if not name or name == "tests/test_tidy.py" or not path.is_file() or path.stat().st_size > 2**20:
+            continue
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue  # binary: a golden file
+        for number, line in enumerate(text.splitlines(), 1):
+            found += [f"{name}:{number}: {ref}" for ref in unfollowable_references(line)]
+    assert found == [], "say the date and the commit instead:\n" + "\n".join(found)
+
+
+def test_the_reference_rule_catches_and_lets_pass() -> None:
+    caught = ["session 13", "Session 12's", "helper-8", "helper 3", "Issue 19 item 3", "issue #15", "agent-2"]
+    for text in caught:
+        assert unfollowable_references(f"as {text} measured"), text
+    fine = [
+        "a ZooKeeper session 10 s long",
+        "ZooKeeper (session 10 s)",
+        "sessions of 2-20 s",
+        "session timeout 4000 ms",
+        "tests/server/helpers.py",
+        "each acknowledged add issues the next one",
+        "2026-11-27, 0f6e285",
+    ]
+    for text in fine:
+        assert unfollowable_references(text) == [], text

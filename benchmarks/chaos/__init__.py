@@ -1,4 +1,4 @@
-"""The fault-injection checker (issue 14, docs/reliability.md): a ZooKeeper, bkctl bookie processes, two
+"""The fault-injection checker (docs/reliability.md): a ZooKeeper, bkctl bookie processes, two
 autorecovery daemons, writer processes that log every acknowledgement, and a seeded schedule of faults
 (kill -9 and restart of bookies, writers and daemons, SIGSTOP of bookies and of ZooKeeper past every
 session timeout, recovery opens of ledgers being written). At the end every ledger is recovered and read

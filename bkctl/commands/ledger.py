@@ -1,4 +1,5 @@
-"""`bkctl ledger`: ledgers in the metadata store (list, inspect); later issues add write/read/fence."""
+"""`bkctl ledger`: ledgers in the metadata store (list, inspect); ledger_data.py adds create, write,
+read, fence and delete."""
 
 from __future__ import annotations
 

@@ -55,9 +55,9 @@ log = logging.getLogger("bkctl.bookie")
 MARKER_SUFFIX: Final = ".compacting"
 # Live records handed to one checkpoint. Its entry log writes and fsync delay the journal's fdatasync on
 # a shared disk, and its copies take a core from the reactor: small batches keep each delay short.
-# benchmarks/gc.py (session 13, the scan in numpy, the bookie reading the records): 4 MiB 172-187 MB/s
-# with a concurrent writer's p99 3.8-5.7 ms; 1 MiB 171-191 MB/s, 2.1-6.0 ms; 512 KiB 142-164 MB/s,
-# 2.2-2.6 ms (alone: 1.5-2.1 ms); 256 KiB 127-148 MB/s, no better.
+# benchmarks/gc.py (0f6e285, 2026-11-27: the scan in numpy, the bookie reading the records): 4 MiB
+# 172-187 MB/s with a concurrent writer's p99 3.8-5.7 ms; 1 MiB 171-191 MB/s, 2.1-6.0 ms; 512 KiB
+# 142-164 MB/s, 2.2-2.6 ms (alone: 1.5-2.1 ms); 256 KiB 127-148 MB/s, no better.
 BATCH_BYTES: Final = 512 * 1024  # local bound
 # The GIL switch interval while compaction copies (see _short_gil_slices).
 COMPACTION_SWITCH_INTERVAL_S: Final = 0.0005  # local bound

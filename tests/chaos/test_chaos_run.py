@@ -1,4 +1,4 @@
-"""A short seeded chaos run (issue 14, docs/reliability.md) in the normal suite: its own ZooKeeper
+"""A short seeded chaos run (docs/reliability.md) in the normal suite: its own ZooKeeper
 (it is paused on purpose), five bookie processes, two autorecovery daemons, writers and readers, and
 about 20 random faults; the run must end with nothing acknowledged lost, no violation, and the cluster
 healed. The long runs and their figures are in benchmarks/RESULTS.md."""

@@ -148,7 +148,7 @@ async def test_outstanding_adds_are_bounded(tmp_path: Path, monkeypatch: pytest.
 async def test_a_copy_missed_by_an_acknowledged_entry_changes_the_ensemble_and_marks_the_ledger(
     tmp_path: Path,
 ) -> None:
-    """Found by the chaos checker (issue 14): with Qa < Qw, an entry acknowledged by Qa bookies whose
+    """Found by the chaos checker: with Qa < Qw, an entry acknowledged by Qa bookies whose
     add then failed on the last one was left short of that copy, silently, and later entries kept
     going to the failing bookie. Now the ensemble changes (as Java's notifyWriteFailed) and the ledger
     is marked under-replicated naming that bookie, for autorecovery to copy what is missing."""

@@ -213,7 +213,7 @@ class _Refusing(Protocol):
 
 @twisted_test
 async def test_a_bad_request_reply_fails_the_add_and_replaces_no_bookie(tmp_path: Path) -> None:
-    """Issue 19: EBADREQ was taken for a dead bookie (ensemble change, then "not enough bookies")."""
+    """EBADREQ was taken for a dead bookie (ensemble change, then "not enough bookies")."""
     from twisted.internet import reactor
 
     cluster = await Cluster(tmp_path).start(3)

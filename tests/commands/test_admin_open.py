@@ -1,4 +1,4 @@
-"""Administrative opens (issue 17): `bkctl ledger read|fence|check` on ledgers a Java BookKeeper 4.14.8
+"""Administrative opens: `bkctl ledger read|fence|check` on ledgers a Java BookKeeper 4.14.8
 application wrote with password 'testpasswd', without being told the password.
 
 The three Java bookies of snapshot 1 are served by bkctl bookies from copies of their directories, with

@@ -1,4 +1,4 @@
-"""Issue 12 faults with processes: two autorecovery daemons; a bookie dies; the daemon holding a
+"""Autorecovery faults with processes: two autorecovery daemons; a bookie dies; the daemon holding a
 replication lock (and maybe the auditor's role) is killed -9 mid-copy. Its lock and vote go with its
 session; the other daemon finishes: no mark left, no ensemble naming the dead bookie, no ensemble with
 a bookie twice, every replica there."""

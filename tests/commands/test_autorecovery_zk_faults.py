@@ -1,8 +1,8 @@
-"""Issue 12 faults with processes on a real ZooKeeper: bookie processes, autorecovery daemons (beside
+"""Autorecovery faults with processes on a real ZooKeeper: bookie processes, autorecovery daemons (beside
 the bookies or alone), `kill -9` and SIGSTOP. The test reads the metadata itself (a ZooKeeperStore of
 its own) rather than through `bkctl` commands, so each look is milliseconds, not a process start.
 
-Healed means what issue 12's "Done when" says: no under-replication mark and no lock left, no
+Healed means: no under-replication mark and no lock left, no
 ensemble naming the dead bookie or a bookie twice, and every entry on every bookie of its write set
 (`ledger check --full`)."""
 

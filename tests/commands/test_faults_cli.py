@@ -87,7 +87,7 @@ def test_bookie_killed_mid_write_loses_no_acknowledged_entry(tmp_path: Path) -> 
 
 
 def test_cookie_update_is_refused_while_a_bookie_holds_the_directories(tmp_path: Path) -> None:
-    """Issue 19: `bookie cookie update` on the directories of a running bookie (under another id, so
+    """`bookie cookie update` on the directories of a running bookie (under another id, so
     the registration check cannot stop it) is refused by the directory lock: exit 13, one line naming
     the holder's pid; no cookie changed, in the directories or in the metadata store."""
     uri = metadata_uri(tmp_path)

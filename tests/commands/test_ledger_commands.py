@@ -170,7 +170,7 @@ def test_errors_have_their_exit_codes(cluster: Cluster) -> None:
 
 
 def test_a_mac_ledger_reads_back_with_its_stored_password(cluster: Cluster) -> None:
-    """Administrative open (issue 17): read, check and fence use the password and digest the metadata
+    """Administrative open: read, check and fence use the password and digest the metadata
     stores; a --password given must match it."""
     written = cluster.json("ledger", "write", "--entries", "3", "--digest", "mac", "--password", "s3cret")
     assert isinstance(written, dict)
@@ -232,7 +232,7 @@ def test_unanswering_bookie_times_out_instead_of_hanging(cluster: Cluster) -> No
 
 
 def test_failed_write_prints_how_far_it_got(cluster: Cluster) -> None:
-    """Issue 19 items 3 and 6: a write that fails still prints its document, with the error."""
+    """A write that fails still prints its document, with the error."""
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(8)
@@ -255,7 +255,7 @@ def test_failed_write_prints_how_far_it_got(cluster: Cluster) -> None:
 
 
 def test_read_past_the_end_of_a_closed_ledger(cluster: Cluster) -> None:
-    """Issue 19 item 2, as the trial saw it on a ledger closed at entry 999."""
+    """As a trial run saw it, on a ledger closed at entry 999."""
     ledger = str(cluster.json("ledger", "write", "--entries", "1000", "--size", "10")["ledger_id"])  # type: ignore[index]
     got = cluster.json("ledger", "read", ledger, "--first", "998", "--last", "5000")
     assert [e["entry_id"] for e in got] == [998, 999]  # type: ignore[union-attr, index]
@@ -269,7 +269,7 @@ def test_read_past_the_end_of_a_closed_ledger(cluster: Cluster) -> None:
 
 
 def test_the_largest_entry_the_cli_accepts_is_written_and_read(cluster: Cluster) -> None:
-    """Issue 19 item 3: every size the CLI accepts works (sizes from 5,241,824 used to fail)."""
+    """Every size the CLI accepts works (sizes from 5,241,824 used to fail)."""
     from bkctl import limits
 
     written = cluster.json("ledger", "write", "--entries", "2", "--size", str(limits.ENTRY_SIZE_MAX))
@@ -283,7 +283,7 @@ def test_the_largest_entry_the_cli_accepts_is_written_and_read(cluster: Cluster)
 
 
 def test_bad_input_leaves_no_open_ledger(cluster: Cluster, tmp_path: Path) -> None:
-    """Issue 19 item 4: input is checked before the ledger exists; a bad line later closes it there."""
+    """Input is checked before the ledger exists; a bad line later closes it there."""
     from bkctl import limits
 
     before = cluster.json("ledger", "list")
@@ -308,7 +308,7 @@ def test_bad_input_leaves_no_open_ledger(cluster: Cluster, tmp_path: Path) -> No
 
 
 def test_ctrl_c_of_a_write_says_how_far_it_got(cluster: Cluster) -> None:
-    """Issue 19 item 6: Ctrl-C printed only ^C; now the adds in flight finish, the ledger is closed
+    """Ctrl-C printed only ^C; now the adds in flight finish, the ledger is closed
     there, the document names the range, and the exit code is 130."""
     proc = subprocess.Popen(
         [

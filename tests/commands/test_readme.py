@@ -1,5 +1,5 @@
 """The README's "Try it" example prints what the command prints: `ledger write` against a fresh
-`bkctl sandbox`, in the table format a terminal gets (issue 19: the README had lost the `closed:` line)."""
+`bkctl sandbox`, in the table format a terminal gets (the README once lost the `closed:` line)."""
 
 from __future__ import annotations
 

@@ -88,7 +88,7 @@ def test_2_dry_run_prints_the_plan_and_changes_nothing(dead: Dead, tmp_path: Pat
 
 
 def test_2b_progress_on_a_terminals_stderr_and_the_same_report(dead: Dead) -> None:
-    """Issue 17: a bar on stderr when it is a terminal; stdout the same report as with stderr piped."""
+    """A bar on stderr when it is a terminal; stdout the same report as with stderr piped."""
     from tests.test_output_terminal import BAR, run
 
     args = ("recover", dead.uri, dead.bookie, "--dry-run", "-o", "json")

@@ -1,4 +1,4 @@
-"""Issue 11 faults: the recover process killed -9 mid-run then run again, stopped by Ctrl-C (exit 130
+"""Manual recovery faults: the recover process killed -9 mid-run then run again, stopped by Ctrl-C (exit 130
 and the JSON of what it did) then run again, two recovers of the same bookie at once, and a metadata
 store that cannot be reached (exit 6, nothing written)."""
 

@@ -1,4 +1,4 @@
-"""Issue 19 item 7: `sandbox --processes` supervises its bookies.
+"""`sandbox --processes` supervises its bookies.
 
 A kill -9'd bookie used to stay a zombie with nothing said and nothing restarted. Now the sandbox reaps
 it, reports it on stderr with its signal, and restarts it on its directories and port (its entries are

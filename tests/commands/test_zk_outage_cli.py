@@ -1,4 +1,4 @@
-"""Issue 18's scenario as an operator saw it: bookie processes and `bkctl ledger write` on ZooKeeper,
+"""A ZooKeeper outage as an operator sees it: bookie processes and `bkctl ledger write` on ZooKeeper,
 ZooKeeper paused (SIGSTOP) past every session timeout during the write. The writer ends with exit 0 and
 its JSON, the bookies are registered read-write again, every entry is readable. And when the pause
 outlasts the writer's metadata deadline, the writer says how far it got and `ledger fence` closes it."""
@@ -74,7 +74,7 @@ def test_a_write_rides_through_a_zookeeper_pause(tmp_path: Path) -> None:
 
 
 def test_a_close_that_cannot_reach_zookeeper_by_the_deadline_says_how_far_it_got(tmp_path: Path) -> None:
-    """Issue 18 item 2: the adds are acknowledged, the close meets a ZooKeeper paused longer than the
+    """The adds are acknowledged, the close meets a ZooKeeper paused longer than the
     1 s deadline: the JSON still names the ledger and the acknowledged range, with `closed: false` and the
     error, stderr says `bkctl ledger fence <id>` closes it, exit 6. Once ZooKeeper is back, the ledger is
     closed (by the fence, or by the close's request ZooKeeper applied when it went on) at the last

@@ -138,7 +138,7 @@ def test_ledger_inspect_table(capsys: pytest.CaptureFixture[str], dump5: LoadedD
 def test_ledger_inspect_plain_is_one_raw_value_per_field(
     capsys: pytest.CaptureFixture[str], dump5: LoadedDump
 ) -> None:
-    """Issue 19 item 9: `-o plain` put `1795478926818 (2026-...)` in one field and mixed key/value
+    """`-o plain` put `1795478926818 (2026-...)` in one field and mixed key/value
     lines with segment rows. Now (docs/cli.md): `key<TAB>value` lines, the ctime as its bare number,
     then one `segment<TAB>first<TAB>last<TAB>ensemble` line per segment."""
     ctime = 1795478926818

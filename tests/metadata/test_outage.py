@@ -1,4 +1,4 @@
-"""Issue 18: ZooKeeper paused past every session timeout (SIGSTOP, as a long GC pause or an election
+"""ZooKeeper paused past every session timeout (SIGSTOP, as a long GC pause or an election
 does) never fails a healthy operation. A dedicated ZooKeeper (the session one keeps serving the rest)."""
 
 from __future__ import annotations

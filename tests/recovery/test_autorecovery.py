@@ -259,7 +259,7 @@ async def test_disabled_then_enabled_on_real_bookies(tmp_path: Path, zk_chroot: 
 async def test_copies_missed_by_acknowledged_adds_are_healed_without_fencing_the_writer(
     tmp_path: Path,
 ) -> None:
-    """Found by the chaos checker (issue 14): with Qa < Qw, entries acknowledged by Qa bookies were left
+    """Found by the chaos checker: with Qa < Qw, entries acknowledged by Qa bookies were left
     short of the copy the last one never took. The writer now changes its ensemble and marks the ledger
     naming that bookie; the worker checks every entry, moves the sealed fragment off it, and the writer,
     never fenced, goes on and closes."""

@@ -1,4 +1,4 @@
-"""Recovery of a Java BookKeeper 4.14.8 cluster's data (issue 11 item 5, issue 12 item 7). bkctl bookies
+"""Recovery of a Java BookKeeper 4.14.8 cluster's data, by manual recovery and by autorecovery. bkctl bookies
 serve copies of the Java bookies' directories under their Java ids with the ledger metadata of its
 ZooKeeper dump; bookie3 of that cluster plays the dead bookie (never started). Every ledger it held is
 copied to a spare bkctl bookie, by `recover` or by an autorecovery daemon taking over the Java

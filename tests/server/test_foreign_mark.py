@@ -1,4 +1,4 @@
-"""Issue 19, item 1: a lastMark that another process wrote must never make replay skip our journal.
+"""A lastMark that another process wrote must never make replay skip our journal.
 
 Two bookies on one directory (now refused by the directory locks) used to do exactly this: B wrote a
 lastMark pointing at its own, newer journal; A's acknowledged entries in its older, unflushed journal

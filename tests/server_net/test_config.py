@@ -152,7 +152,7 @@ def test_read_properties_file(tmp_path: Path) -> None:
 
 
 def test_metadata_outage_keys() -> None:
-    """Issue 18: the bookie's ride through metadata outages, with Java's key names where they exist."""
+    """The bookie's ride through metadata outages, with Java's key names where they exist."""
     from bkctl.server.service import retry_policy
 
     config = load_config(

@@ -1,4 +1,4 @@
-"""Issue 19: one bookie per directory, and bookie start's bad environments answered in one line.
+"""One bookie per directory, and bookie start's bad environments answered in one line.
 
 A second bookie on a directory in use is refused before it reads or writes anything there (exit 13,
 naming the holder's pid); a port in use is exit 6; a read-only directory exit 12; a journal "directory"

@@ -134,7 +134,7 @@ def test_bookie_still_answers_after_the_fuzzing(bookie_port: int, tmp_path: Path
 
 
 def test_captured_frames_mutated_with_slow_half_open_and_idle_connections(tmp_path: Path) -> None:
-    """Issue 14: a real Java client's frames, mutated (benchmarks/fuzz_bookie.py; 1,000,000 frames
+    """A real Java client's frames, mutated (benchmarks/fuzz_bookie.py; 1,000,000 frames
     there, figures in benchmarks/RESULTS.md), against a bookie process while slow byte-by-byte
     senders, half-open requests and hundreds of idle connections hang on: it keeps answering a good
     client, its memory stays bounded, and it stops cleanly."""
