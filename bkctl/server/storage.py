@@ -10,7 +10,6 @@ cache, then the cache being flushed, then index + entry log. See docs/bookie.md,
 from __future__ import annotations
 
 import bisect
-import errno
 import heapq
 import logging
 import os
@@ -40,6 +39,7 @@ from bkctl.protocol.journal_format import RecordKind
 from bkctl.protocol.wire import ReturnCode
 from bkctl.server.entrylog import EntryLogReader, EntryLogWriter, existing_log_ids, last_log_id
 from bkctl.server.faults import fault_point
+from bkctl.server.fileio import write_durably
 from bkctl.server.index import IndexStore
 from bkctl.server.journal import JournalSettings, JournalWriter, Mark, list_journals, remove_old_journals
 from bkctl.server.metrics import StorageMetrics
@@ -900,7 +900,7 @@ class Storage:
         """Every journal's mark to every ledger dir (after the entry log and index are fsynced)."""
         for directory in self._ledger_currents:
             for index, mark in enumerate(marks):
-                _write_file(directory / self._last_mark_name(index), jf.encode_last_mark(*mark))
+                write_durably(directory / self._last_mark_name(index), jf.encode_last_mark(*mark))
         self.last_marks_written = marks
         self._marks_written_at = time.monotonic()
 
@@ -1094,20 +1094,6 @@ def _next_journal_id(directory: Path) -> int:
     """A new journal's id: the time in ms (as BookKeeper), above every journal already in `directory`."""
     newest = max((journal_id for journal_id, _ in list_journals(directory)), default=0)
     return max(int(time.time() * 1000), newest + 1)
-
-
-def _write_file(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` atomically: a fsynced temporary file renamed over it."""
-    temporary = path.with_name(path.name + ".tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        written = os.write(fd, data)
-        if written != len(data):  # a short write (disk full): never rename a cut file over the old one
-            raise OSError(errno.ENOSPC, f"{temporary}: wrote {written} of {len(data)} bytes")
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temporary, path)
 
 
 def _disk_usage(directory: Path) -> float:
