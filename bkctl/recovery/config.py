@@ -12,6 +12,18 @@ from bkctl.recovery.worker import WorkerConfig
 from bkctl.server.config import int_key
 
 DAY_S = 86_400
+# Every key `daemon_config` reads, and the one that turns the daemon on (for the list of unused keys).
+DAEMON_KEYS = (
+    "autoRecoveryDaemonEnabled",
+    "auditorPeriodicBookieCheckInterval",
+    "auditorPeriodicCheckInterval",
+    "bookieRecoveryDigestType",
+    "bookieRecoveryPasswd",
+    "lockReleaseOfFailedLedgerGracePeriod",
+    "lostBookieRecoveryDelay",
+    "openLedgerRereplicationGracePeriod",
+    "rwRereplicateBackoffMs",
+)
 INT_MAX = 2**31 - 1
 
 

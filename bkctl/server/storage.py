@@ -46,6 +46,7 @@ from bkctl.server.metrics import StorageMetrics
 from bkctl.server.moves import Moved, write_moves
 from bkctl.server.replay import ReplayProgress, ReplayReport, merge_reports, replay
 from bkctl.server.replay_runs import ReplayRuns
+from bkctl.server.start_checks import rebuild_hint
 from bkctl.server.write_cache import SIZE_PREFIX, LedgerBuffer, WriteCache, shifted_slots
 
 log = logging.getLogger("bkctl.bookie")
@@ -309,7 +310,7 @@ class Storage:
         DATA record whose digest failed there); returns why a record was rejected (replay logs it)."""
         if kind is RecordKind.DATA:
             ledger_id, entry_id = _KEY.unpack_from(body)
-            info = self._ledgers.get(ledger_id) or self._ledger_or_none(ledger_id)
+            info = self._ledgers.get(ledger_id) or self._replay_ledger(ledger_id)
             if info is None:
                 self._replay_skipped += 1
                 return None
@@ -320,7 +321,7 @@ class Storage:
             return rejected
         elif kind is RecordKind.MASTER_KEY:
             ledger_id, key = jf.decode_master_key(body)
-            info = self._ledger_or_none(ledger_id)
+            info = self._replay_ledger(ledger_id)
             if info is None:
                 self._ledgers[ledger_id] = LedgerInfo(key, key_journaled=True)
             elif info.master_key != key:
@@ -353,7 +354,7 @@ class Storage:
 
     def _replay_ledger_state(self, kind: RecordKind, body: memoryview) -> None:
         ledger_id = jf.record_key(body)[0]
-        info = self._ledger_or_none(ledger_id)
+        info = self._replay_ledger(ledger_id)
         if info is None:
             # As Java does: a ledger whose key we never saw was deleted; its records are skipped.
             self._replay_skipped += 1
@@ -363,6 +364,18 @@ class Storage:
         else:
             info.explicit_lac = jf.decode_explicit_lac(body)[1]
         info.dirty = True
+
+    def _replay_ledger(self, ledger_id: int) -> LedgerInfo | None:
+        """Replay's view of a ledger: None only when it is known deleted (no index file and no master key
+        record seen: Java's rule). An index that cannot be read stops the start: skipping the ledger's
+        records there would lose them once the next checkpoint moves lastMark past them."""
+        try:
+            return self._ledger(ledger_id)
+        except CorruptDataError as exc:
+            raise CorruptDataError(
+                f"journal replay: ledger {ledger_id}: {exc}: refusing to start, lastMark not moved; "
+                + rebuild_hint(ledger_id, self.config.ledger_dirs)
+            ) from None
 
     def _ledger_or_none(self, ledger_id: int) -> LedgerInfo | None:
         try:
