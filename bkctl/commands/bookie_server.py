@@ -138,6 +138,7 @@ def start(
         server_log = logging.getLogger(name)
         if server_log.getEffectiveLevel() > logging.INFO:
             server_log.setLevel(logging.INFO)  # a server logs what it does; -v adds debug
+    _warn_unused_keys(config)
     properties = _properties(conf)
     with_daemon = autorecovery or properties.get("autoRecoveryDaemonEnabled", "").strip().lower() == "true"
     if with_daemon:
@@ -145,6 +146,18 @@ def start(
 
         client_settings(properties)  # its TLS as a client must be usable before the bookie starts
     _run(config, uri, port_file, properties if with_daemon else None)
+
+
+def _warn_unused_keys(config: BookieConfig) -> None:
+    """Once, at WARNING: the conf's keys that change nothing here (a Java conf holds many)."""
+    from bkctl.recovery.config import DAEMON_KEYS
+    from bkctl.tls import CLIENT_KEYS
+
+    unused = [key for key in config.unused_keys if key not in DAEMON_KEYS and key not in CLIENT_KEYS]
+    if unused:
+        logging.getLogger("bkctl.bookie").warning(
+            "config keys not implemented by bkctl, ignored (%d): %s", len(unused), ", ".join(unused)
+        )
 
 
 def _properties(conf: Path | None) -> dict[str, str]:

@@ -13,6 +13,18 @@ from bkctl.recovery.worker import WorkerConfig
 
 DAY_S = 86_400  # format fact
 INT_MAX = 2**31 - 1  # format fact
+# Every key `daemon_config` reads, and the one that turns the daemon on (for the list of unused keys).
+DAEMON_KEYS = (
+    "autoRecoveryDaemonEnabled",
+    "auditorPeriodicBookieCheckInterval",
+    "auditorPeriodicCheckInterval",
+    "bookieRecoveryDigestType",
+    "bookieRecoveryPasswd",
+    "lockReleaseOfFailedLedgerGracePeriod",
+    "lostBookieRecoveryDelay",
+    "openLedgerRereplicationGracePeriod",
+    "rwRereplicateBackoffMs",
+)
 
 
 def daemon_config(

@@ -1,8 +1,10 @@
 """A bookie's configuration: BookKeeper's bk_server.conf keys, overridden by command-line flags.
 
 Pure: `parse_properties` reads Java properties text, `load_config` turns key/value pairs into a
-validated `BookieConfig`. Keys bkctl does not know are ignored with a debug log, so an operator can
-point `--conf` at the file a Java bookie used. Every bad value raises UsageError naming the key.
+validated `BookieConfig`. Keys bkctl does not know are kept in `unused_keys` (`bookie start` lists
+them once at WARNING), so an operator can point `--conf` at the file a Java bookie used; keys whose
+value would change what happens to data or who may connect, where bkctl cannot honour it, refuse
+(REFUSED_KEYS). Every bad value raises UsageError naming the key.
 """
 
 from __future__ import annotations
@@ -81,6 +83,8 @@ class BookieConfig:
     force_gc_when_full: bool = True  # isForceGCAllowWhenNoSpace; Java: false
     gc_overreplicated_wait_ms: int = 86_400_000  # gcOverreplicatedLedgerWaitTime; 0: off
     tls: TlsSettings | None = None  # START_TLS (bkctl/tls.py): None answers it EBADREQ, as Java
+    storage_class: str | None = None  # ledgerStorageClass: decided by server/storage_kind.py
+    unused_keys: tuple[str, ...] = ()  # keys of the conf bkctl does not implement (warned at start)
 
     @property
     def effective_index_dirs(self) -> tuple[Path, ...]:
@@ -311,6 +315,7 @@ KEYS: Final[Mapping[str, Setter]] = {
     "gcOverreplicatedLedgerWaitTime": _field(
         "gc_overreplicated_wait_ms", lambda k, v: _int(k, v, 0, 1 << 40)
     ),
+    "ledgerStorageClass": _field("storage_class", _text),
     "maxPendingAddsPerConnection": _field(
         "pending_adds_per_connection_max", lambda k, v: _int(k, v, 1, 1_000_000)
     ),
@@ -326,18 +331,46 @@ def _alignment(key: str, value: str) -> int:
     return size
 
 
+# Keys whose value bkctl cannot honour and whose absence changes who may connect or where data goes:
+# key -> the values that mean what bkctl does anyway. Any other non-empty value refuses the start.
+REFUSED_KEYS: Final[Mapping[str, frozenset[str]]] = {
+    "bookieAuthProviderFactoryClass": frozenset(),
+    "ensemblePlacementPolicy": frozenset(
+        {
+            "org.apache.bookkeeper.client.RackawareEnsemblePlacementPolicy",
+            "org.apache.bookkeeper.client.DefaultEnsemblePlacementPolicy",
+        }
+    ),
+}
+
+
+def _refuse(key: str, value: str) -> None:
+    accepted = REFUSED_KEYS[key]
+    if value.strip() and value.strip() not in accepted:
+        also = f" (bkctl does what {', '.join(sorted(accepted))} does)" if accepted else ""
+        raise UsageError(
+            f"config key {key}={value}: not implemented by bkctl{also}; refusing to start rather "
+            "than change who may connect or where entries go; remove the key or run Java BookKeeper"
+        )
+
+
 def load_config(
     properties: Mapping[str, str] | None = None, overrides: Mapping[str, str] | None = None
 ) -> BookieConfig:
     """A validated config from bk_server.conf pairs, then `overrides` (same keys, from the flags)."""
     values: dict[str, Any] = {}
+    unused: list[str] = []
     for source in (properties or {}, overrides or {}):
         for key, value in source.items():
+            if key in REFUSED_KEYS:
+                _refuse(key, value)
+                continue
             setter = KEYS.get(key)
             if setter is None:
-                log.debug("config key %s is not used by bkctl; ignored", key)
+                unused.append(key)
                 continue
             values.update(setter(key, value))
+    values["unused_keys"] = tuple(sorted(set(unused)))
     return _finish(values)
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from bkctl.metadata.layout import Layout
 from bkctl.protocol import metadata_format as mf
 from bkctl.protocol.metadata_format import Cookie
 from bkctl.server.config import BookieConfig
+from bkctl.server.fileio import write_durably
 
 log = logging.getLogger("bkctl.bookie")
 
@@ -92,19 +92,7 @@ def write_local_cookie(directory: Path, cookie: Cookie) -> None:
     """Write `current/VERSION` atomically and durably (temp file, fsync, rename, fsync the dir)."""
     current = directory / CURRENT
     current.mkdir(parents=True, exist_ok=True)
-    temporary = current / (VERSION_FILE + ".tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, mf.encode_cookie(cookie))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temporary, current / VERSION_FILE)
-    dir_fd = os.open(current, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    write_durably(current / VERSION_FILE, mf.encode_cookie(cookie))
 
 
 def has_data(directory: Path) -> bool:

@@ -22,7 +22,7 @@ from typing import Final
 from bkctl import limits
 from bkctl.errors import CorruptDataError, ProtocolError
 from bkctl.protocol import entrylog_format as ef
-from bkctl.server.fileio import drop_cached, write_all, write_out
+from bkctl.server.fileio import drop_cached, write_all, write_durably, write_out
 
 log = logging.getLogger("bkctl.bookie")
 
@@ -256,9 +256,7 @@ class EntryLogWriter:
 
 
 def _write_last_id(directory: Path, log_id: int) -> None:
-    temporary = directory / (LAST_ID_NAME + ".tmp")
-    temporary.write_bytes(ef.encode_last_id(log_id))
-    os.replace(temporary, directory / LAST_ID_NAME)
+    write_durably(directory / LAST_ID_NAME, ef.encode_last_id(log_id))
 
 
 class EntryLogReader:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import errno
 import mmap
 import os
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from bkctl.limits import IOV_MAX
+from bkctl.server.faults import fault_point
 
 CLOEXEC: Final = getattr(os, "O_CLOEXEC", 0)
 PAGE_SIZE: Final = mmap.PAGESIZE
@@ -157,3 +159,33 @@ def fsync_directory(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+# The steps of `write_durably`, in order; a fault point `<step>:<file name>` follows each (crash tests).
+DURABLE_WRITE_STEPS: Final = ("opened", "written", "synced", "renamed", "done")
+
+
+def write_durably(path: Path, data: bytes) -> None:
+    """Replace the small file `path` with `data` so that a crash at any moment leaves the old file or the
+    new one, never a torn one: a temporary file beside it, the whole write checked (a short write on a
+    full disk must never be renamed over the old file), fsync, rename, then a fsync of the directory so
+    the rename itself survives a power cut. lastMark, lastId, cookies and GC markers all come here."""
+    temporary = path.with_name(path.name + ".tmp")
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | CLOEXEC, 0o644)
+    try:
+        fault_point(f"opened:{path.name}")
+        written = 0
+        while written < len(data):  # a short write is finished; one that writes nothing is a full disk
+            count = os.write(fd, data[written:])
+            if count <= 0:
+                raise OSError(errno.ENOSPC, f"{temporary}: wrote {written} of {len(data)} bytes")
+            written += count
+        fault_point(f"written:{path.name}")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    fault_point(f"synced:{path.name}")
+    os.replace(temporary, path)
+    fault_point(f"renamed:{path.name}")
+    fsync_directory(path.parent)
+    fault_point(f"done:{path.name}")

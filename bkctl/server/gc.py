@@ -28,7 +28,6 @@ reactor while no checkpoint runs (`Storage.when_idle`); unlinks go to a pool thr
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -45,7 +44,7 @@ from bkctl.files.entrylog import ledger_sizes, open_entry_log
 from bkctl.metadata.layout import Layout
 from bkctl.protocol import entrylog_format as ef
 from bkctl.server.faults import fault_point
-from bkctl.server.fileio import CLOEXEC, remove_gradually
+from bkctl.server.fileio import remove_gradually, write_durably
 from bkctl.server.gc_overreplicated import OverReplication
 from bkctl.server.gc_scan import ScanChild
 from bkctl.server.storage import Storage
@@ -156,16 +155,7 @@ def _sizes_of(path: Path) -> tuple[dict[int, int], bool]:
 
 
 def _write_marker(path: Path) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | CLOEXEC, 0o644)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    write_durably(path, b"")
 
 
 # --- the collector ---------------------------------------------------------------------------------

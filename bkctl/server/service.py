@@ -35,7 +35,9 @@ from bkctl.server.dirlock import DirectoryLocks, holder_text, lock_directories
 from bkctl.server.gc import GarbageCollector, GcSettings
 from bkctl.server.protocol import BookieFactory, deliver_durable, deliver_lost
 from bkctl.server.replay import ReplayProgress
+from bkctl.server.start_checks import check_index_files
 from bkctl.server.storage import ReplayReport, Storage, StorageConfig
+from bkctl.server.storage_kind import check_storage
 from bkctl.tls import server_context
 
 log = logging.getLogger("bkctl.bookie")
@@ -124,6 +126,8 @@ class BookieService:
             wait_for_server=True,  # started while ZooKeeper is away: up when it is back
         )
         self._storage_config = storage_config(config)  # validate before anything starts
+        # Before any file is written: a storage bkctl does not serve, in the conf or in the directories.
+        check_storage(config.storage_class, config.ledger_dirs)
         self.storage: Storage | None = None
         self.gc: GarbageCollector | None = None
         self.factory = BookieFactory(
@@ -167,6 +171,7 @@ class BookieService:
     def _start(self) -> Any:
         # Before anything reads or writes a directory: a second bookie there loses acknowledged entries.
         self._locks = lock_directories(cookies.labelled_dirs(self.config), holder_text("bkctl bookie start"))
+        check_index_files(self.config.effective_index_dirs, self.config.ledger_dirs)
         location = parse_metadata_uri(self.metadata_uri)
         self.store = yield self._in_thread(self._store_opener, self.metadata_uri)
         self.layout = Layout(self.store, location.root)

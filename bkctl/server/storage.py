@@ -10,7 +10,6 @@ cache, then the cache being flushed, then index + entry log. See docs/bookie.md,
 from __future__ import annotations
 
 import bisect
-import errno
 import heapq
 import logging
 import os
@@ -40,12 +39,14 @@ from bkctl.protocol.journal_format import RecordKind
 from bkctl.protocol.wire import ReturnCode
 from bkctl.server.entrylog import EntryLogReader, EntryLogWriter, existing_log_ids, last_log_id
 from bkctl.server.faults import fault_point
+from bkctl.server.fileio import write_durably
 from bkctl.server.index import IndexStore
 from bkctl.server.journal import JournalSettings, JournalWriter, Mark, list_journals, remove_old_journals
 from bkctl.server.metrics import StorageMetrics
 from bkctl.server.moves import Moved, write_moves
 from bkctl.server.replay import ReplayProgress, ReplayReport, merge_reports, replay
 from bkctl.server.replay_runs import ReplayRuns
+from bkctl.server.start_checks import rebuild_hint
 from bkctl.server.write_cache import SIZE_PREFIX, LedgerBuffer, WriteCache, shifted_slots
 
 log = logging.getLogger("bkctl.bookie")
@@ -309,7 +310,7 @@ class Storage:
         DATA record whose digest failed there); returns why a record was rejected (replay logs it)."""
         if kind is RecordKind.DATA:
             ledger_id, entry_id = _KEY.unpack_from(body)
-            info = self._ledgers.get(ledger_id) or self._ledger_or_none(ledger_id)
+            info = self._ledgers.get(ledger_id) or self._replay_ledger(ledger_id)
             if info is None:
                 self._replay_skipped += 1
                 return None
@@ -320,7 +321,7 @@ class Storage:
             return rejected
         elif kind is RecordKind.MASTER_KEY:
             ledger_id, key = jf.decode_master_key(body)
-            info = self._ledger_or_none(ledger_id)
+            info = self._replay_ledger(ledger_id)
             if info is None:
                 self._ledgers[ledger_id] = LedgerInfo(key, key_journaled=True)
             elif info.master_key != key:
@@ -353,7 +354,7 @@ class Storage:
 
     def _replay_ledger_state(self, kind: RecordKind, body: memoryview) -> None:
         ledger_id = jf.record_key(body)[0]
-        info = self._ledger_or_none(ledger_id)
+        info = self._replay_ledger(ledger_id)
         if info is None:
             # As Java does: a ledger whose key we never saw was deleted; its records are skipped.
             self._replay_skipped += 1
@@ -363,6 +364,18 @@ class Storage:
         else:
             info.explicit_lac = jf.decode_explicit_lac(body)[1]
         info.dirty = True
+
+    def _replay_ledger(self, ledger_id: int) -> LedgerInfo | None:
+        """Replay's view of a ledger: None only when it is known deleted (no index file and no master key
+        record seen: Java's rule). An index that cannot be read stops the start: skipping the ledger's
+        records there would lose them once the next checkpoint moves lastMark past them."""
+        try:
+            return self._ledger(ledger_id)
+        except CorruptDataError as exc:
+            raise CorruptDataError(
+                f"journal replay: ledger {ledger_id}: {exc}: refusing to start, lastMark not moved; "
+                + rebuild_hint(ledger_id, self.config.ledger_dirs)
+            ) from None
 
     def _ledger_or_none(self, ledger_id: int) -> LedgerInfo | None:
         try:
@@ -900,7 +913,7 @@ class Storage:
         """Every journal's mark to every ledger dir (after the entry log and index are fsynced)."""
         for directory in self._ledger_currents:
             for index, mark in enumerate(marks):
-                _write_file(directory / self._last_mark_name(index), jf.encode_last_mark(*mark))
+                write_durably(directory / self._last_mark_name(index), jf.encode_last_mark(*mark))
         self.last_marks_written = marks
         self._marks_written_at = time.monotonic()
 
@@ -1094,20 +1107,6 @@ def _next_journal_id(directory: Path) -> int:
     """A new journal's id: the time in ms (as BookKeeper), above every journal already in `directory`."""
     newest = max((journal_id for journal_id, _ in list_journals(directory)), default=0)
     return max(int(time.time() * 1000), newest + 1)
-
-
-def _write_file(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` atomically: a fsynced temporary file renamed over it."""
-    temporary = path.with_name(path.name + ".tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        written = os.write(fd, data)
-        if written != len(data):  # a short write (disk full): never rename a cut file over the old one
-            raise OSError(errno.ENOSPC, f"{temporary}: wrote {written} of {len(data)} bytes")
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temporary, path)
 
 
 def _disk_usage(directory: Path) -> float:

@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 from twisted.internet import reactor
 
+from bkctl.errors import CorruptDataError
 from bkctl.model import DigestType
+from bkctl.protocol import index_format as ixf
 from bkctl.protocol import journal_format as jf
 from bkctl.protocol.wire import ReturnCode as RC
 from bkctl.server.storage import Storage
@@ -125,3 +127,26 @@ async def test_replay_of_a_big_journal_checkpoints_as_it_goes(tmp_path: Path) ->
         again.read(e % 5, e // 5) == (RC.EOK, packaged(e % 5, e // 5, bytes(500))) for e in range(3000)
     )
     await again.stop()
+
+
+@twisted_test
+async def test_replay_stops_on_an_unreadable_index_never_skips_its_records(tmp_path: Path) -> None:
+    """Only a ledger known deleted (no index, no key record) has its records skipped; an index that
+    cannot be read stops the start with lastMark where it was, naming `bkctl index rebuild`."""
+    durable = Durable()
+    storage = started(tmp_path, durable)
+    for entry_id in range(20):
+        storage.add(1, entry_id, KEY, packaged(1, entry_id), False, entry_id)
+    await wait_until(lambda: 19 in durable.tokens)
+    await storage.checkpoint()
+    for entry_id in range(20, 40):
+        storage.add(1, entry_id, KEY, packaged(1, entry_id), False, entry_id)
+    await wait_until(lambda: 39 in durable.tokens)
+    abandon(storage)
+    index = tmp_path / "ledgers" / "current" / ixf.index_path(1)
+    index.write_bytes(b"XXXX" + index.read_bytes()[4:])
+    mark = tmp_path / "ledgers" / "current" / "lastMark"
+    mark_before = mark.read_bytes()
+    with pytest.raises(CorruptDataError, match=r"ledger 1: .*lastMark not moved.*bkctl index rebuild"):
+        Storage(config(tmp_path), Durable(), reactor).start()
+    assert mark.read_bytes() == mark_before

@@ -76,7 +76,24 @@ def test_sample_conf(caplog: pytest.LogCaptureFixture) -> None:
     assert config.frame_size_max == limits.FRAME_SIZE_MAX  # Java's 5 MiB + 10 KiB, lowered to our bound
     assert config.resolved_bookie_id() == "bk1.example.com:3181"
     assert config.listen_host == "0.0.0.0"
-    assert "someJavaOnlyKey" in caplog.text
+    assert config.unused_keys == ("someJavaOnlyKey",)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "refused"),
+    [
+        ("bookieAuthProviderFactoryClass", "org.example.Sasl", True),
+        ("bookieAuthProviderFactoryClass", "", False),
+        ("ensemblePlacementPolicy", "org.apache.bookkeeper.client.RegionAwareEnsemblePlacementPolicy", True),
+        ("ensemblePlacementPolicy", "org.apache.bookkeeper.client.RackawareEnsemblePlacementPolicy", False),
+    ],
+)
+def test_keys_bkctl_cannot_honour_refuse(key: str, value: str, refused: bool) -> None:
+    if refused:
+        with pytest.raises(UsageError, match=f"config key {key}={value}: not implemented by bkctl"):
+            load_config({key: value})
+    else:
+        assert load_config({key: value}).unused_keys == ()
 
 
 def test_defaults() -> None:
