@@ -194,9 +194,17 @@ def build_app() -> typer.Typer:
 CHOICE_ERROR = re.compile(r"^(?:Value error, )?'(.*)' is not one of (.*?)\.?$")
 
 
+NEGATIVE_NUMBER = re.compile(r"^-\d+$")
+
+
 def _bad_parameter(exc: click_exceptions.BadParameter) -> str:
     """One line: which option, what was given, what is allowed (no validator jargon, no env var noise)."""
     param = exc.param
+    if isinstance(exc, click_exceptions.MissingParameter) and param is not None:
+        # click's own text is empty for a missing argument: name it and say what it is
+        what = getattr(param, "help", None) or ""
+        label = "/".join(param.opts) if param.param_type_name == "option" else (param.name or "").upper()
+        return f"missing {param.param_type_name} {label}" + (f": {what}" if what else "")
     name = "/".join(param.opts) if param is not None and param.opts else (exc.param_hint or "a value")
     text = str(exc.message).removeprefix("Value error, ")
     choice = CHOICE_ERROR.match(text)
@@ -206,12 +214,25 @@ def _bad_parameter(exc: click_exceptions.BadParameter) -> str:
     return f"invalid value for {name}: {text}"
 
 
+def _no_such_option(exc: click_exceptions.NoSuchOption) -> str:
+    """One line; a negative number (`ledger check -5`) is a value the parser took for an option."""
+    if NEGATIVE_NUMBER.match(exc.option_name):
+        return f"invalid value {exc.option_name}: ids, counts and sizes are 0 or more"
+    hint = f" (did you mean {', '.join(sorted(exc.possibilities))}?)" if exc.possibilities else ""
+    return f"no such option: {exc.option_name}{hint}"
+
+
 def main(argv: list[str] | None = None) -> NoReturn:
     """Entry point of the `bkctl` console script."""
     try:
         result = build_app()(args=argv, prog_name="bkctl", standalone_mode=False)
     except click_exceptions.BadParameter as exc:
         print(f"bkctl: error: {_bad_parameter(exc)}", file=sys.stderr)
+        if exc.ctx is not None:
+            print(f"Try '{exc.ctx.command_path} -h' for help.", file=sys.stderr)
+        sys.exit(ExitCode.USAGE)
+    except click_exceptions.NoSuchOption as exc:
+        print(f"bkctl: error: {_no_such_option(exc)}", file=sys.stderr)
         if exc.ctx is not None:
             print(f"Try '{exc.ctx.command_path} -h' for help.", file=sys.stderr)
         sys.exit(ExitCode.USAGE)

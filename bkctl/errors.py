@@ -28,6 +28,7 @@ class ExitCode(IntEnum):
     READ_ONLY = 12
     LOCKED = 13
     DECLINED = 14
+    BUSY = 15
     INTERRUPTED = 130
 
 
@@ -145,6 +146,7 @@ def exit_code_table() -> list[tuple[int, str, str]]:
         ExitCode.READ_ONLY: "read-only",
         ExitCode.LOCKED: "a bookie directory is in use by another process",
         ExitCode.DECLINED: "declined at a confirmation prompt: nothing changed",
+        ExitCode.BUSY: "another recover of that bookie is running",
         ExitCode.INTERRUPTED: "interrupted (Ctrl-C)",
     }
     return [(int(code), code.name, meanings[code]) for code in ExitCode]
@@ -166,3 +168,9 @@ class DirectoryLockedError(BkctlError):
     """A bookie directory is in use by another process (its lock file is held)."""
 
     exit_code = ExitCode.LOCKED
+
+
+class RecoveryBusyError(BkctlError):
+    """Another `bkctl recover` holds the lock of a bookie to recover (in the metadata store)."""
+
+    exit_code = ExitCode.BUSY

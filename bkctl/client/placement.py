@@ -18,9 +18,13 @@ def place_ensemble(
     """`size` distinct bookies from `available` minus `exclude`; UnavailableError when too few remain."""
     candidates = sorted(set(available) - set(exclude))  # sorted: the seed alone decides the choice
     if len(candidates) < size:
+        # Say what the count is of: "0 available (excluding 3)" read as if the 3 were the problem.
+        left_out = (
+            f" once the {len(set(exclude))} already in the ensemble or failed are left out" if exclude else ""
+        )
         raise UnavailableError(
-            f"not enough bookies: an ensemble of {size} needs {size} read-write bookies, "
-            f"{len(candidates)} available" + (f" (excluding {len(exclude)})" if exclude else "")
+            f"not enough bookies: {size} more needed, {len(candidates)} read-write bookie(s) to choose "
+            f"from{left_out}"
         )
     return (rng or random.Random()).sample(candidates, size)
 

@@ -15,10 +15,13 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from bkctl.commands.output import message
-from bkctl.errors import Declined, NotFoundError, ProblemsFound, UsageError
+from bkctl.errors import Declined, NotFoundError, ProblemsFound, ReadOnlyError, UsageError
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from bkctl.metadata.layout import Layout
+    from bkctl.metadata.store import MetadataLocation, MetadataStore
 
 MetadataOption = Annotated[
     str | None,
@@ -44,7 +47,6 @@ def open_layout(uri: str | None, *, initialized: bool = True, daemon: bool = Fal
     """
     from bkctl.metadata.layout import Layout
     from bkctl.metadata.store import parse_metadata_uri
-    from bkctl.metadata.stores import open_store
 
     chosen = metadata_choice(uri)
     location = parse_metadata_uri(chosen)
@@ -54,7 +56,7 @@ def open_layout(uri: str | None, *, initialized: bool = True, daemon: bool = Fal
         # kazoo warns on every failed connection attempt; a command reports one error line instead
         # (-v shows them).
         logging.getLogger("kazoo").setLevel(logging.CRITICAL)
-    with open_store(location, wait_for_server=daemon) as store:
+    with _open_store_told(location, daemon) as store:
         layout = Layout(store, location.root)
         if initialized:
             try:
@@ -62,6 +64,23 @@ def open_layout(uri: str | None, *, initialized: bool = True, daemon: bool = Fal
             except NotFoundError as exc:
                 raise NotFoundError(f"{exc} in {chosen}{_how_chosen(uri)}: {START_HINT}") from None
         yield layout
+
+
+def _open_store_told(location: MetadataLocation, daemon: bool) -> MetadataStore:
+    """The store; a daemon's wait for a ZooKeeper that is away (up to the metadata deadline, 120 s by
+    default) is said on stderr once the usual connect timeout has passed, so it does not look hung."""
+    from bkctl.errors import UnavailableError
+    from bkctl.metadata.retry import RetryPolicy
+    from bkctl.metadata.stores import open_store
+
+    if not daemon or location.backend == "sqlite":
+        return open_store(location)
+    try:
+        return open_store(location)
+    except UnavailableError:
+        deadline_s = RetryPolicy.from_env().deadline_ms / 1000
+        message(f"bkctl: waiting for ZooKeeper at {location.hosts} (up to {deadline_s:g} s)")
+        return open_store(location, wait_for_server=True)
 
 
 def confirm(question: str, *, declined: str, needs_yes: str) -> None:
@@ -109,3 +128,35 @@ class Problems:
     def raise_if_any(self) -> None:
         if self.count:
             raise ProblemsFound(f"{self.count} malformed or foreign metadata node(s) skipped, listed above")
+
+
+# --- output paths, checked before any work starts ---------------------------------------------------
+
+
+def check_output_file(path: Path, option: str) -> None:
+    """A file the command will write at the end (`recover --plan-out`): refused now, exit 2 (12 when
+    its directory cannot be written), rather than after the work is done."""
+    import os
+
+    if path.is_dir():
+        raise UsageError(f"{option} {path}: is a directory; give a file name")
+    if not path.parent.is_dir():
+        raise UsageError(f"{option} {path}: no such directory {path.parent}")
+    if not os.access(path.parent, os.W_OK | os.X_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise ReadOnlyError(f"{option} {path}: not writable")
+
+
+def check_output_dir(path: Path, option: str) -> None:
+    """A directory the command will create if needed (`audit --output-dir`, `sandbox --data-dir`): not
+    a file, and its nearest existing ancestor a writable directory."""
+    import os
+
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{option} {path}: is a file, not a directory")
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UsageError(f"{option} {path}: {existing} is a file, not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ReadOnlyError(f"{option} {path}: {existing} is not writable")

@@ -20,7 +20,7 @@ import typer
 from bkctl.commands.bookie import app as bookie_app
 from bkctl.commands.ledger import app as ledger_app
 from bkctl.commands.ledger_options import AdminPasswordOption, admin_password
-from bkctl.commands.options import MetadataOption, confirm
+from bkctl.commands.options import MetadataOption, check_output_file, confirm
 from bkctl.commands.output import (
     Column,
     OutputFormat,
@@ -33,13 +33,15 @@ from bkctl.commands.output import (
 )
 from bkctl.commands.progress import Bar, bar
 from bkctl.commands.running import interruptible, run_client
-from bkctl.errors import ConflictError, Interrupted, ProblemsFound, UsageError
+from bkctl.errors import ConflictError, Interrupted, ProblemsFound, ReadOnlyError, UsageError
 
 if TYPE_CHECKING:
     from bkctl.client.client import Client
     from bkctl.recovery.bookie_recovery import RecoveryReport
 
 RECOVERY_LOOK_S = 0.5  # local bound: how often a progress bar looks at the copies under way
+LOCK_LOOK_S = 1.0  # local bound: how often `recover --wait` looks whether the other run's lock is gone
+LOCK_WAIT_MAX_S = 86_400  # local bound: the longest `recover --wait` waits for another run
 
 PLAN_COLUMNS = (
     Column("ledger_id", "LEDGER", numeric=True),
@@ -93,20 +95,36 @@ def recover(
     plan_out: Annotated[
         Path | None, typer.Option("--plan-out", help="Also write the plan (JSON) to this file.")
     ] = None,
+    wait_s: Annotated[
+        float,
+        typer.Option(
+            "--wait",
+            min=0,
+            max=LOCK_WAIT_MAX_S,
+            help="When another recover of the same bookie runs, wait up to this many seconds for it "
+            "(default 0: refuse, exit 15).",
+        ),
+    ] = 0.0,
     output: OutputOption = None,
 ) -> None:
     """Re-replicate every ledger fragment held by failed bookies; open ledgers are fenced first.
 
     Exit 0: everything recovered (or only --skip-open-ledgers / --skip-unrecoverable skips); 3: some
     ledgers have entries with no surviving copy, or could not be recovered (listed on stderr and in the
-    report); 130: interrupted (run it again to finish).
+    report); 15: another recover of the same bookie is running; 130: interrupted (run it again to finish).
     """
-    from bkctl.recovery.bookie_recovery import RecoveryOptions
+    from bkctl.recovery.bookie_recovery import RecoveryOptions, check_bookie_id
 
     fmt = resolve(output)
     bookies = tuple(dict.fromkeys(b.strip() for b in failed.split(",") if b.strip()))
     if not bookies:
         raise UsageError("name at least one failed bookie (host:port)")
+    for bookie in bookies:
+        check_bookie_id(bookie, "failed bookie")
+    if target is not None:
+        check_bookie_id(target, "target")
+    if plan_out is not None:
+        check_output_file(plan_out, "--plan-out")
     options = RecoveryOptions(
         bookies, target, dry_run, ledger, parallel, skip_open, None if rate_mb_s is None else rate_mb_s * 1e6
     )
@@ -118,20 +136,72 @@ def recover(
             declined="nothing recovered",
             needs_yes="recover",
         )
-    report = run_client(metadata, lambda client: _run(client, options, force, delete_cookie, fmt))
+    report = run_client(metadata, lambda client: _run(client, options, force, delete_cookie, fmt, wait_s))
     if report.target_overrides:
         message(
             f"bkctl: {report.target_overrides} segment(s) already had {target} in their ensemble: "
             "another bookie was chosen there"
         )
-    document = report.as_dict()
+    _render(report.as_dict(), fmt)
     if plan_out is not None:
-        plan_out.write_text(json.dumps([step.as_dict() for step in report.plan], indent=1) + "\n")
-    _render(document, fmt)
+        _write_plan(plan_out, report)
     _raise_for(report, skip_unrecoverable)
 
 
+def _write_plan(path: Path, report: RecoveryReport) -> None:
+    """The plan file, after the report: checked up front, so only a disk that changed meanwhile fails
+    here, and the report the work earned is printed first."""
+    try:
+        path.write_text(json.dumps([step.as_dict() for step in report.plan], indent=1) + "\n")
+    except OSError as exc:
+        raise ReadOnlyError(
+            f"--plan-out {path}: {exc.strerror or exc} (the report above is complete)"
+        ) from None
+
+
 async def _run(
+    client: Client, options: Any, force: bool, delete_cookie: bool, fmt: OutputFormat, wait_s: float = 0.0
+) -> RecoveryReport:
+    from bkctl.recovery import recover_lock
+
+    if options.ledger is not None:  # a ledger that does not exist is a typo, not "nothing to do"
+        await client.in_thread(client.layout.read_ledger_bytes, options.ledger)
+    if options.dry_run:
+        return await _recover(client, options, force, delete_cookie, fmt)
+    await _lock(client, options.failed, wait_s)
+    try:
+        return await _recover(client, options, force, delete_cookie, fmt)
+    finally:
+        await client.in_thread(recover_lock.release, client.layout, options.failed)
+
+
+async def _lock(client: Client, bookies: tuple[str, ...], wait_s: float) -> None:
+    """Each failed bookie's recover lock; with `wait_s`, polled for that long while another run holds
+    one (said on stderr), else RecoveryBusyError (exit 15) at once."""
+    from twisted.internet import task
+
+    from bkctl.errors import RecoveryBusyError
+    from bkctl.recovery import recover_lock
+
+    deadline = time.monotonic() + wait_s
+    told = False
+    while True:
+        try:
+            await client.in_thread(recover_lock.take, client.layout, bookies)
+            return
+        except RecoveryBusyError as exc:
+            if time.monotonic() + LOCK_LOOK_S > deadline:
+                raise RecoveryBusyError(str(exc) + (f"; waited {wait_s:g} s" if wait_s else "")) from None
+            if not told:
+                message(
+                    f"bkctl: another recover of {', '.join(bookies)} is running: waiting for it to end "
+                    f"(up to {wait_s:g} s)"
+                )
+                told = True
+        await task.deferLater(client.reactor, LOCK_LOOK_S, lambda: None)
+
+
+async def _recover(
     client: Client, options: Any, force: bool, delete_cookie: bool, fmt: OutputFormat
 ) -> RecoveryReport:
     from bkctl.recovery.bookie_recovery import BookieRecovery, ledgers_naming
@@ -276,7 +346,9 @@ def _raise_for(report: RecoveryReport, skip_unrecoverable: bool) -> None:
         message(f"bkctl: ledger {lost['ledger_id']}: no surviving copy of entries {ranges}")
     problems = len(failed) + (0 if skip_unrecoverable else len(report.ledgers_unrecoverable))
     if problems:
-        raise ProblemsFound(f"{problems} ledger(s) not fully recovered (listed above); the others were")
+        raise ProblemsFound(
+            f"{problems} ledger(s) not fully recovered (listed above); the others were recovered"
+        )
 
 
 # --- ledger check / ledger recover ---------------------------------------------------------------------

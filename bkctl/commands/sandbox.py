@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from bkctl import limits
+from bkctl.commands.options import check_output_dir
 from bkctl.commands.output import OutputFormat, OutputOption, message, resolve, write_mapping, write_text
 from bkctl.commands.running import run_until_stopped
-from bkctl.errors import BkctlError
+from bkctl.errors import BkctlError, UsageError
 
 if TYPE_CHECKING:
     from bkctl.server.service import BookieService
@@ -91,15 +92,54 @@ def sandbox(
     Prints `export BKCTL_METADATA=...` and the bookie ids; other terminals use them to run commands.
     """
     fmt = resolve(output)
+    if no_restart and not processes:
+        raise UsageError("--no-restart goes with --processes (in one process, no bookie dies alone)")
     root = (data_dir or default_data_dir()).absolute()
+    check_output_dir(root, "--data-dir")
     uri = metadata or f"sqlite://{root / 'metadata.db'}"
     port = base_port if base_port is not None else (0 if demo else DEFAULT_BASE_PORT)
-    root.mkdir(parents=True, exist_ok=True)
-    _init_cluster(uri)
     count = bookies if bookies is not None else (4 if demo else 3)
     sandbox = _Sandbox(root, uri, count, port, fmt, demo, processes, restart=not no_restart)
     sandbox.autorecovery = not no_autorecovery
-    sandbox.run()
+    leftovers = _Leftovers(root, own_store=metadata is None)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        _init_cluster(uri)
+        sandbox.run()
+    except Exception:
+        if not sandbox.announced:  # a start that failed leaves nothing it created
+            leftovers.remove()
+        raise
+
+
+class _Leftovers:
+    """What a sandbox start creates in its data directory, removed when the start fails: everything new
+    when the metadata store is the sandbox's own SQLite file (nothing outside names those bookies); with
+    an outside store (its cookies name them) only new directories holding no file."""
+
+    def __init__(self, root: Path, *, own_store: bool) -> None:
+        self.root, self.own_store = root, own_store
+        self.existed = root.exists()
+        self.before = {p.name for p in root.iterdir()} if self.existed else set()
+
+    def remove(self) -> None:
+        import shutil
+
+        if not self.root.is_dir():
+            return
+        for path in self.root.iterdir():
+            if path.name in self.before or not (self.own_store or not _holds_files(path)):
+                continue
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
+        if not self.existed and not any(self.root.iterdir()):
+            self.root.rmdir()
+
+
+def _holds_files(path: Path) -> bool:
+    return not path.is_dir() or any(p.is_file() for p in path.rglob("*"))
 
 
 def _init_cluster(uri: str) -> None:
@@ -137,6 +177,7 @@ class _Sandbox:
         self.child_ids: list[str] = []
         self.failure: list[BaseException] = []
         self.stopping = False  # Ctrl-C / SIGTERM seen: what is still starting gives up
+        self.announced = False  # serving: the cluster is the operator's now, kept whatever happens
 
     def run(self) -> None:
         from twisted.internet import reactor as the_reactor
@@ -244,6 +285,7 @@ class _Sandbox:
         return service
 
     def _announce(self, ids: list[str]) -> None:
+        self.announced = True
         document = {"metadata_uri": self.uri, "data_dir": str(self.root), "bookies": ids}
         if self.fmt is OutputFormat.json:
             # stdout holds one JSON value (the demo's document, with --demo): the line goes to stderr.

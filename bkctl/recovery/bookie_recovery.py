@@ -130,6 +130,25 @@ class RecoveryReport:
         }
 
 
+def check_bookie_id(text: str, what: str) -> None:
+    """`host:port` with a port in 1..65535, else UsageError (exit 2) naming `what` it was given as."""
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"{what} {text!r} is not a bookie id (host:port)")
+
+
+async def check_target(client: Client, target: str | None, failed: frozenset[str]) -> None:
+    """A given target must be a registered read-write bookie and not one of the failed ones (before any
+    work: a bad target is refused even when there would be nothing to repair)."""
+    if target is None:
+        return
+    check_bookie_id(target, "target")
+    if target in failed:
+        raise UsageError(f"target {target} is one of the failed bookies")
+    if target not in await client.in_thread(client.layout.bookies):
+        raise UsageError(f"target {target} is not a registered read-write bookie")
+
+
 def names_any(metadata: LedgerMetadata, bookies: frozenset[str]) -> bool:
     return any(b in bookies for segment in metadata.segments for b in segment.ensemble)
 
@@ -185,13 +204,7 @@ class BookieRecovery:
         return self.report
 
     async def _check_target(self) -> None:
-        target = self.options.target
-        if target is None:
-            return
-        if target in self.failed:
-            raise UsageError(f"target {target} is one of the failed bookies")
-        if target not in await self.client.in_thread(self.client.layout.bookies):
-            raise UsageError(f"target {target} is not a registered read-write bookie")
+        await check_target(self.client, self.options.target, self.failed)
 
     async def _one(self, ledger_id: int) -> None:
         try:
@@ -231,7 +244,8 @@ class BookieRecovery:
             for fragment, target in moves:
                 await self._move(handle, fragment, target)
             self.report.plan.append(step)
-        self.report.ledgers_recovered += 1
+        if steps:  # a ledger repaired by someone else meanwhile is not this run's to claim
+            self.report.ledgers_recovered += 1
 
     async def _move(self, handle: LedgerHandle, fragment: Fragment, target: str) -> None:
         """Copy the fragment to `target`, then swap it in (nothing to swap when copied back in place)."""
@@ -344,6 +358,7 @@ async def recover_ledger_replicas(
     """`bkctl ledger recover`: the fragments the checker finds bad, repaired. A bookie that is not
     registered is dead (its fragments move; an open ledger whose last ensemble has it is fenced first);
     a registered one only lacks entries: the segments where it does are repaired (`live`), never fencing."""
+    await check_target(client, target, frozenset())
     check = await check_ledger(client, ledger_id, full=full, password=password)
     bad = [s.fragment for s in check.states if not s.ok]
     if not bad:

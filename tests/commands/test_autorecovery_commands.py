@@ -131,3 +131,22 @@ def test_autorecovery_start_and_bookie_start_autorecovery_join_the_election(tmp_
         if bookie is not None:
             bookie.kill()
         assert sandbox.stop(signal.SIGINT) == 0
+
+
+def test_a_zookeeper_away_at_the_start_is_said_and_ctrl_c_works() -> None:
+    """The daemon waits for ZooKeeper (up to the metadata deadline): said on stderr, not silent for
+    two minutes; Ctrl-C ends the wait (exit 130)."""
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "bkctl", "autorecovery", "start", "--metadata", "zk://127.0.0.1:1/ledgers"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    watchdog = threading.Timer(100, daemon.kill)
+    watchdog.start()
+    try:
+        told = daemon.stderr.readline()  # type: ignore[union-attr]
+        assert told == "bkctl: waiting for ZooKeeper at 127.0.0.1:1 (up to 120 s)\n"
+        daemon.send_signal(signal.SIGINT)
+        out, _ = daemon.communicate(timeout=60)
+    finally:
+        watchdog.cancel()
+    assert daemon.returncode == 130 and out == ""

@@ -7,6 +7,9 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,8 +17,12 @@ from pathlib import Path
 import pytest
 
 from bkctl.errors import ExitCode
-from tests.commands.sandbox_proc import Sandbox, bkctl
+from bkctl.metadata.layout import Layout
+from bkctl.metadata.stores import open_store
+from bkctl.recovery import recover_lock
+from tests.commands.sandbox_proc import Sandbox, bkctl, bkctl_all
 from tests.commands.test_sandbox_supervision import bookie_pids, until
+from tests.conftest import REPO
 
 pytestmark = pytest.mark.slow
 
@@ -105,9 +112,55 @@ def test_2b_progress_on_a_terminals_stderr_and_the_same_report(dead: Dead) -> No
     assert same[0] == same[1]
 
 
-def test_3_recover_then_every_replica_is_there(dead: Dead) -> None:
-    code, out, err = dead.run("recover", dead.uri, dead.bookie, "-o", "json")
+def test_2c_bad_input_is_refused_before_any_work(dead: Dead, tmp_path: Path) -> None:
+    """A plan file that cannot be written, a ledger or target that does not exist, a missing argument,
+    a negative id: one line, exit 2 (4 for the ledger), nothing recovered."""
+    before = [dead.run("ledger", "inspect", str(i), "-o", "json")[1] for i in dead.ledgers.values()]
+    recover = ["recover", dead.uri, dead.bookie, "--yes", "-o", "json"]
+    cases = {
+        ExitCode.USAGE: [
+            [*recover, "--plan-out", str(tmp_path)],
+            [*recover, "--plan-out", str(tmp_path / "absent" / "plan.json")],
+            ["recover", dead.uri, dead.bookie, "garbage", "--yes"],
+            ["ledger", "recover", str(dead.ledgers["closed"]), "--target", "127.0.0.1:9999"],
+            ["ledger", "recover", str(dead.ledgers["closed"]), "--target", "garbage"],
+            ["ledger", "check", "-5"],
+        ],
+        ExitCode.NOT_FOUND: [[*recover, "--ledger", "12345"]],
+    }
+    runs = bkctl_all([args for batch in cases.values() for args in batch], dead.uri)
+    codes = [code for code, batch in cases.items() for _ in batch]
+    for run, code in zip(runs, codes, strict=True):
+        lines = [line for line in run.stderr.strip().splitlines() if not line.startswith("Try 'bkctl ")]
+        assert (run.returncode, run.stdout, len(lines)) == (code, "", 1), (run.args, run.stderr)
+        assert lines[0].startswith("bkctl: error:") and "internal error" not in run.stderr
+    missing = dead.run("recover", dead.uri)
+    assert missing[0] == ExitCode.USAGE and "missing argument FAILED: The failed bookie(s)" in missing[2]
+    after = [dead.run("ledger", "inspect", str(i), "-o", "json")[1] for i in dead.ledgers.values()]
+    assert before == after
+
+
+def test_3_recover_then_every_replica_is_there(dead: Dead, tmp_path: Path) -> None:
+    # Another recover of the bookie holds its lock: refused at once (exit 15, the holder named)...
+    with open_store(dead.uri) as store:
+        recover_lock.take(Layout(store), [dead.bookie])
+        code, out, err = dead.run("recover", dead.uri, dead.bookie, "-o", "json")
+        assert (code, out) == (ExitCode.BUSY, "") and f"pid {os.getpid()}" in err, err
+        # ... or, with --wait, it waits (said on stderr) and goes on once the other run ends.
+        waiting = subprocess.Popen(
+            [sys.executable, "-m", "bkctl", "recover", dead.uri, dead.bookie, "-o", "json", "--wait", "120",
+             "--plan-out", str(tmp_path / "plan.json")],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        watchdog = threading.Timer(60, waiting.kill)
+        watchdog.start()
+        told = waiting.stderr.readline()  # type: ignore[union-attr]
+        watchdog.cancel()
+        assert "is running: waiting for it to end (up to 120 s)" in told, told
+    out, err = waiting.communicate(timeout=120)
+    code = waiting.returncode
     report = json.loads(out)
+    assert json.loads((tmp_path / "plan.json").read_text())  # the steps it took, after the work
     names_it = [
         i
         for i in dead.ledgers.values()
@@ -116,6 +169,7 @@ def test_3_recover_then_every_replica_is_there(dead: Dead) -> None:
     single = dead.ledgers["single_copy"]
     # The Qw=1 ledger lost the entries that were only on the dead bookie: exit 3, named with ranges.
     assert code == ExitCode.PROBLEMS_FOUND, err
+    assert "not fully recovered (listed above); the others were recovered" in err
     assert [u["ledger_id"] for u in report["ledgers_unrecoverable"]] == [single]
     assert f"ledger {single}: no surviving copy of entries" in err
     assert names_it == [single]

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from bkctl.errors import ExitCode
-from tests.commands.sandbox_proc import Sandbox, bkctl
+from tests.commands.sandbox_proc import Sandbox, bkctl, bkctl_all
 
 pytestmark = pytest.mark.slow
 WAIT_S = 60.0
@@ -102,6 +102,9 @@ def test_port_in_use_is_exit_6(tmp_path: Path, processes: bool) -> None:
         taken.listen()
         port = taken.getsockname()[1]
         args = ["--bookies", "1", "--base-port", str(port), *(["--processes"] if processes else [])]
+        if processes:  # a data dir that was there keeps what it held, and only that
+            (tmp_path / "sb").mkdir()
+            (tmp_path / "sb" / "keep.txt").write_text("mine")
         sandbox = Sandbox(tmp_path / "sb", *args)
         try:
             code = sandbox.proc.wait(WAIT_S)
@@ -109,6 +112,28 @@ def test_port_in_use_is_exit_6(tmp_path: Path, processes: bool) -> None:
             sandbox.kill()
     assert code == ExitCode.UNAVAILABLE, "".join(sandbox.err)
     assert "Address already in use" in "".join(sandbox.err)
+    # The failed start left nothing it created: no metadata.db, no bookie-1/, no new data dir.
+    left = sorted(p.name for p in (tmp_path / "sb").iterdir()) if (tmp_path / "sb").exists() else None
+    assert left == (["keep.txt"] if processes else None)
+
+
+def test_bad_start_options_are_one_line_and_leave_nothing(tmp_path: Path) -> None:
+    (tmp_path / "a-file").write_text("")
+    runs = bkctl_all(
+        [
+            ["sandbox", "--data-dir", str(tmp_path / "a-file")],
+            ["sandbox", "--data-dir", str(tmp_path / "sb1"), "--no-restart"],
+            ["sandbox", "--data-dir", str(tmp_path / "sb2"), "--metadata", "zk://127.0.0.1:1/ledgers"],
+        ],
+        timeout_s=120,
+    )
+    codes = [run.returncode for run in runs]
+    assert codes == [ExitCode.USAGE, ExitCode.USAGE, ExitCode.UNAVAILABLE], [r.stderr for r in runs]
+    for run, says in zip(runs, ("is a file, not a directory", "--no-restart goes with --processes",
+                                "ZooKeeper 127.0.0.1:1 not reachable"), strict=True):  # fmt: skip
+        assert run.stderr.startswith("bkctl: error: ") and run.stderr.count("\n") == 1, run.stderr
+        assert says in run.stderr and run.stdout == ""
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
 
 
 def test_signals_while_it_stops_are_the_same_request(tmp_path: Path) -> None:
