@@ -1,14 +1,16 @@
 """An autorecovery daemon's Prometheus metrics: on its bookie's `/metrics` (`bookie start
---autorecovery`) or on its own `--http-port` (`autorecovery start`)."""
+--autorecovery`) or on its own `--http-port` (`autorecovery start`), which also serves /heartbeat and
+Java's /api/v1/autorecovery/* (server/admin_autorecovery.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
 
-from twisted.web.resource import Resource
-
+from bkctl.metadata.layout import Layout
+from bkctl.server.admin_autorecovery import autorecovery_resource
 from bkctl.server.http import PROMETHEUS_CONTENT_TYPE, metric
+from bkctl.server.http_endpoint import Endpoint, Heartbeat, PathNode, path_node, put
 
 # status() key -> (metric, kind, help)
 COUNTERS = (
@@ -43,26 +45,28 @@ def daemon_lines(daemon: Any) -> Iterator[str]:
             yield from metric(name, kind, help_text, status[key])
 
 
-class _Metrics(Resource):
-    isLeaf = True
+class _Metrics(Endpoint):
+    wrong_method, wrong_method_code = "Forbidden. Should be GET method", 403
 
     def __init__(self, daemon: Any) -> None:
-        Resource.__init__(self)  # type: ignore[no-untyped-call]
+        Endpoint.__init__(self)
         self.daemon = daemon
 
-    def render_GET(self, request: Any) -> bytes:
+    def on_GET(self, request: Any) -> bytes:
         request.setHeader(b"content-type", PROMETHEUS_CONTENT_TYPE)
         return "".join(daemon_lines(self.daemon)).encode()
 
 
-def metrics_site(daemon: Any) -> Any:
-    """`/metrics` of a daemon running alone (typed Any: twisted.web's zope interfaces)."""
+def metrics_site(daemon: Any, layout: Layout, admin_enabled: bool = False) -> Any:
+    """The HTTP site of a daemon running alone (typed Any: twisted.web's zope interfaces)."""
     from twisted.web.server import Site
 
-    new_resource: Any = Resource
     new_site: Any = Site
-    root = new_resource()
-    root.putChild(b"metrics", _Metrics(daemon))
+    root = PathNode()
+    put(root, b"metrics", _Metrics(daemon))
+    put(root, b"heartbeat", Heartbeat())
+    v1 = path_node(root, b"api", b"v1")
+    v1.putChild(b"autorecovery", autorecovery_resource(lambda: layout, lambda: admin_enabled))
     site = new_site(root)
     site.noisy = False
     return site

@@ -204,6 +204,9 @@ class GarbageCollector:
         self.last_run: dict[str, Any] | None = None
         self.last_error: str | None = None
         self.forced = False
+        # Java's gc/suspend_compaction: a suspended kind is skipped by every run, forced ones too.
+        self.major_suspended = False
+        self.minor_suspended = False
 
     def start(self) -> None:
         if self.settings.wait_ms <= 0:
@@ -249,6 +252,8 @@ class GarbageCollector:
             "minorCompactionCounter": m.minor_compactions,
             "running": self.running,
             "phase": self.phase,
+            "isMajorGcSuspended": self.major_suspended,
+            "isMinorGcSuspended": self.minor_suspended,
             "last_run": self.last_run,
             "last_error": self.last_error,
             "totals": {
@@ -493,9 +498,11 @@ class GarbageCollector:
         full = self.storage.disk_full
         if full and not s.force_when_full:
             return "", 0.0
-        if force_major or (major_on and not full and now - self.last_major > s.major_interval_s):
+        major_due = force_major or (major_on and not full and now - self.last_major > s.major_interval_s)
+        if major_due and not self.major_suspended:
             return "major", s.major_threshold
-        if force_minor or (minor_on and now - self.last_minor > s.minor_interval_s):
+        minor_due = force_minor or (minor_on and now - self.last_minor > s.minor_interval_s)
+        if minor_due and not self.minor_suspended:
             return "minor", s.minor_threshold
         return "", 0.0
 

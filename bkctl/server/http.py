@@ -1,6 +1,7 @@
-"""The bookie's admin HTTP endpoint (twisted.web): /heartbeat, /api/v1/bookie/info, /metrics, and Java's
-garbage collection endpoints /api/v1/bookie/gc (PUT triggers, GET says whether one runs) and
-/api/v1/bookie/gc_details, and /api/v1/bookie/list_disk_file.
+"""The bookie's admin HTTP server (twisted.web) on Java's HttpRouter paths: /heartbeat, /metrics,
+/api/v1/bookie/info, Java's garbage collection endpoints /api/v1/bookie/gc (PUT triggers, GET says
+whether one runs), gc_details and list_disk_file here; the others in server/admin_bookie.py and
+server/admin_autorecovery.py, on the shared rules of server/http_endpoint.py.
 
 /metrics is Prometheus text format 0.0.4. Everything is read from plain counters on the reactor
 thread (StorageMetrics, NetworkMetrics), so a scrape costs the bookie a few microseconds.
@@ -8,36 +9,40 @@ thread (StorageMetrics, NetworkMetrics), so a scrape costs the bookie a few micr
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
 from twisted.internet import threads
-from twisted.internet.defer import Deferred
-from twisted.python.failure import Failure
-from twisted.web.resource import Resource
-from twisted.web.server import NOT_DONE_YET
 
 from bkctl.protocol.wire import rc_name
-from bkctl.server.config import BookieConfig
+from bkctl.server import admin_bookie as ab
+from bkctl.server.admin_autorecovery import autorecovery_resource
+from bkctl.server.admin_bookie import NOT_SERVING, AdminView
 from bkctl.server.connection import NetworkMetrics
 from bkctl.server.gc import GarbageCollector
+from bkctl.server.http_endpoint import (
+    Endpoint,
+    Heartbeat,
+    PathNode,
+    answer_when_done,
+    json_answer,
+    json_body,
+    param,
+    path_node,
+    put,
+    text,
+)
 from bkctl.server.metrics import FSYNC_BUCKETS_MS
 from bkctl.server.storage import Storage
 
 PROMETHEUS_CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 
 
-class BookieView(Protocol):
-    """What the endpoint reads of a BookieService."""
+class BookieView(AdminView, Protocol):
+    """What the endpoints read of a BookieService."""
 
-    bookie_id: str
-    state: str
-    config: BookieConfig
-    storage: Storage | None
-    gc: GarbageCollector | None
     # More metrics from what runs in the same process (the autorecovery daemon of `--autorecovery`).
     extra_metrics: list[Callable[[], Iterator[str]]]
 
@@ -47,95 +52,79 @@ class BookieView(Protocol):
     def network_metrics(self) -> NetworkMetrics: ...
 
 
-class _Leaf(Resource):
-    isLeaf = True
-
+class _Leaf(Endpoint):
     def __init__(self, bookie: BookieView) -> None:
-        Resource.__init__(self)  # type: ignore[no-untyped-call]
+        Endpoint.__init__(self)
         self.bookie = bookie
 
 
-class Heartbeat(_Leaf):
-    def render_GET(self, request: Any) -> bytes:
-        request.setHeader(b"content-type", b"text/plain; charset=utf-8")
-        return b"OK\n"
-
-
 class Info(_Leaf):
-    def render_GET(self, request: Any) -> bytes:
-        request.setHeader(b"content-type", b"application/json")
-        return json.dumps(self.bookie.info(), indent=2, sort_keys=True).encode() + b"\n"
+    """Java's `{"freeSpace": ..., "totalSpace": ...}` (the ledger disks), with bkctl's fields added."""
+
+    wrong_method = "Only GET is supported."
+
+    def on_GET(self, request: Any) -> bytes:
+        info = self.bookie.info()
+        storage = self.bookie.storage
+        if storage is not None:
+            total, free = storage.disk_space()
+            info = {"freeSpace": free, "totalSpace": total, **info}
+        return json_answer(request, info)
 
 
 class Metrics(_Leaf):
-    def render_GET(self, request: Any) -> bytes:
+    wrong_method, wrong_method_code = "Forbidden. Should be GET method", 403
+
+    def on_GET(self, request: Any) -> bytes:
         request.setHeader(b"content-type", PROMETHEUS_CONTENT_TYPE)
         extra = (line for lines in self.bookie.extra_metrics for line in lines())
         return "".join([*prometheus_lines(self.bookie), *extra]).encode()
 
 
-def _json(request: Any, value: object, code: int = 200) -> bytes:
-    request.setResponseCode(code)
-    request.setHeader(b"content-type", b"application/json")
-    return json.dumps(value, indent=2, sort_keys=True).encode() + b"\n"
-
-
-def _answer_when_done(request: Any, result: Deferred[Any]) -> Any:
-    """Answer with `result`'s JSON when it fires (500 with its error if it fails); NOT_DONE_YET now."""
-    gone: list[object] = []  # the client went away: nothing to answer
-    request.notifyFinish().addErrback(gone.append)
-
-    def answer(value: object) -> None:
-        if gone:
-            return
-        if isinstance(value, Failure):
-            request.write(_json(request, {"error": value.getErrorMessage()}, 500))
-        else:
-            request.write(_json(request, value))
-        request.finish()
-
-    result.addBoth(answer)
-    return NOT_DONE_YET
-
-
 class Gc(_Leaf):
     """PUT triggers a run (body `{"forceMajor": true}` / `{"forceMinor": true}`, as Java's); with
-    `?wait=true` (bkctl) the answer is the run's report once it is done. GET: `{"is_in_force_gc": ...}`."""
+    `?wait=true` (bkctl) the answer is the run's report once it is done. GET: `{"is_in_force_gc": ...}`.
+    Its sub-paths are Java's suspend_compaction and resume_compaction, and nothing else."""
 
-    def render_GET(self, request: Any) -> bytes:
+    wrong_method = "Not found method. Should be PUT to trigger GC, Or GET to get Force GC state."
+
+    def on_GET(self, request: Any) -> bytes:
         gc = self.bookie.gc
         if gc is None:
-            return _json(request, {"error": "the bookie is not serving yet"}, 503)
-        return _json(request, {"is_in_force_gc": str(gc.running and gc.forced).lower()})
+            return text(request, NOT_SERVING, 503)
+        return json_answer(request, {"is_in_force_gc": str(gc.running and gc.forced).lower()})
 
-    def render_PUT(self, request: Any) -> Any:
+    def on_PUT(self, request: Any) -> Any:
         gc = self.bookie.gc
         if gc is None:
-            return _json(request, {"error": "the bookie is not serving yet"}, 503)
+            return text(request, NOT_SERVING, 503)
         try:
-            body = request.content.read() or b"{}"
-            options = json.loads(body)
+            options = json_body(request) or {}
             if not isinstance(options, dict):
                 raise ValueError("the body must be a JSON object")
         except ValueError as exc:
-            return _json(request, {"error": f"bad request body: {exc}"}, 400)
+            return text(request, f"bad request body: {exc}", 400)
         major, minor = bool(options.get("forceMajor")), bool(options.get("forceMinor"))
         run = gc.trigger(force_major=major, force_minor=minor)
-        if request.args.get(b"wait", [b"false"])[0].lower() not in (b"true", b"1"):
+        if param(request, "wait") not in ("true", "1"):
             run.addErrback(lambda failure: None)  # logged by the collector
-            return _json(request, f"Triggered GC on BookieServer: {self.bookie.bookie_id}")
-
-        return _answer_when_done(request, run)
+            return json_answer(request, f"Triggered GC on BookieServer: {self.bookie.bookie_id}")
+        return answer_when_done(request, run)
 
 
 class GcDetails(_Leaf):
     """Java's list of GarbageCollectionStatus (one ledger storage), with bkctl's fields added."""
 
-    def render_GET(self, request: Any) -> bytes:
+    wrong_method = (
+        "Only support GET method to retrieve GC details."
+        " If you want to trigger gc, send a POST to gc endpoint."
+    )
+
+    def on_GET(self, request: Any) -> bytes:
         gc = self.bookie.gc
         if gc is None:
-            return _json(request, {"error": "the bookie is not serving yet"}, 503)
-        return _json(request, [gc.details()])
+            return text(request, NOT_SERVING, 503)
+        return json_answer(request, [gc.details()])
 
 
 # Java's list_disk_file: file_type -> (answer key, file suffix).
@@ -150,8 +139,8 @@ class ListDiskFiles(_Leaf):
     """Java's `{"journal files": "name\t...", "entrylog files": ..., "index files": ...}`, or one of them
     with `?file_type=journal|entrylog|index`; the directory walk runs in a pool thread."""
 
-    def render_GET(self, request: Any) -> Any:
-        wanted = request.args.get(b"file_type", [b""])[0].decode(errors="replace")
+    def on_GET(self, request: Any) -> Any:
+        wanted = param(request, "file_type") or ""
         kinds = [wanted] if wanted in DISK_FILE_KINDS else list(DISK_FILE_KINDS)
         config = self.bookie.config
         dirs = {
@@ -160,7 +149,7 @@ class ListDiskFiles(_Leaf):
             "index": config.effective_index_dirs,
         }
         listed = threads.deferToThread(lambda: {DISK_FILE_KINDS[k][0]: disk_files(dirs[k], k) for k in kinds})
-        return _answer_when_done(request, listed)
+        return answer_when_done(request, listed)
 
 
 def disk_files(directories: Iterable[Path], kind: str) -> str:
@@ -174,19 +163,48 @@ def disk_files(directories: Iterable[Path], kind: str) -> str:
 
 
 def admin_resource(bookie: BookieView) -> Any:
-    """The resource tree; typed Any because twisted.web's zope interfaces do not type-check."""
-    new_resource: Any = Resource
-    root, api, v1, bookie_node = new_resource(), new_resource(), new_resource(), new_resource()
-    root.putChild(b"heartbeat", Heartbeat(bookie))
-    root.putChild(b"metrics", Metrics(bookie))
-    root.putChild(b"api", api)
-    api.putChild(b"v1", v1)
-    v1.putChild(b"bookie", bookie_node)
-    bookie_node.putChild(b"info", Info(bookie))
-    bookie_node.putChild(b"gc", Gc(bookie))
-    bookie_node.putChild(b"gc_details", GcDetails(bookie))
-    bookie_node.putChild(b"list_disk_file", ListDiskFiles(bookie))
+    """The resource tree (Java's HttpRouter paths); typed Any because twisted.web's zope interfaces do
+    not type-check."""
+    admin = lambda: bookie.config.http_admin_enabled  # noqa: E731
+    root = PathNode()
+    put(root, b"heartbeat", Heartbeat())
+    put(root, b"metrics", Metrics(bookie))
+    v1 = path_node(root, b"api", b"v1")
+    config = path_node(v1, b"config")
+    put(config, b"server_config", ab.ServerConfig(bookie))
+    ledger = path_node(v1, b"ledger")
+    put(ledger, b"delete", ab.DeleteLedger(bookie))
+    put(ledger, b"list", ab.ListLedgers(bookie))
+    put(ledger, b"metadata", ab.LedgerMetadataEndpoint(bookie))
+    node = path_node(v1, b"bookie")
+    gc = Gc(bookie)
+    put(gc, b"suspend_compaction", ab.SuspendCompaction(bookie))
+    put(gc, b"resume_compaction", ab.ResumeCompaction(bookie))
+    state = ab.State(bookie)
+    put(state, b"readonly", ab.ReadOnly(bookie))
+    children = {
+        b"info": Info(bookie),
+        b"gc": gc,
+        b"gc_details": GcDetails(bookie),
+        b"list_disk_file": ListDiskFiles(bookie),
+        b"list_bookies": ab.ListBookies(bookie),
+        b"last_log_mark": ab.LastLogMark(bookie),
+        b"state": state,
+        b"is_ready": ab.IsReady(bookie),
+        b"cluster_info": ab.ClusterInfo(bookie),
+    }
+    for name, child in children.items():
+        put(node, name, child)
+    v1.putChild(b"autorecovery", autorecovery_resource(lambda: bookie.layout, admin))
+    for endpoint in _walk(root):
+        endpoint.admin_enabled = admin
     return root
+
+
+def _walk(node: Any) -> Iterator[Any]:
+    yield node
+    for child in node.children.values():
+        yield from _walk(child)
 
 
 def _label(value: str) -> str:
