@@ -249,7 +249,7 @@ def _start_daemon(service: Any, reactor: Any, properties: dict[str, str], failed
     daemon.start().addErrback(failed)
     from bkctl.recovery.metrics import daemon_lines
 
-    service.extra_metrics.append(lambda: daemon_lines(daemon))  # on the bookie's /metrics
+    service.extra_metrics.append(lambda: daemon_lines(daemon, "replication_"))  # on the bookie's /metrics
     return daemon
 
 

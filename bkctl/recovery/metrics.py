@@ -11,34 +11,69 @@ from bkctl.metadata.layout import Layout
 from bkctl.server.admin_autorecovery import autorecovery_resource
 from bkctl.server.http import PROMETHEUS_CONTENT_TYPE, metric
 from bkctl.server.http_endpoint import Endpoint, Heartbeat, PathNode, path_node, put
+from bkctl.server.java_metrics import autorecovery_lines
 
 # status() key -> (metric, kind, help)
 COUNTERS = (
     (
         "ledgers_replicated",
-        "autorecovery_ledgers_replicated_total",
+        "bkctl_autorecovery_ledgers_replicated_total",
         "counter",
         "Ledgers replicated by this worker.",
     ),
-    ("entries_copied", "autorecovery_entries_copied_total", "counter", "Entries copied by this worker."),
-    ("bytes_copied", "autorecovery_bytes_copied_total", "counter", "Bytes copied by this worker."),
-    ("replication_failures", "autorecovery_replication_failures_total", "counter", "Repairs that failed."),
-    ("marks_dropped", "autorecovery_marks_dropped_total", "counter", "Marks of deleted ledgers dropped."),
-    ("backlog", "autorecovery_underreplicated_ledgers", "gauge", "Marks seen on the worker's last walk."),
-    ("audits", "autorecovery_audits_total", "counter", "Audits of lost bookies (auditor only)."),
-    ("ledgers_marked", "autorecovery_ledgers_marked_total", "counter", "Ledgers marked (auditor only)."),
-    ("audit_failures", "autorecovery_audit_failures_total", "counter", "Audits that failed (auditor only)."),
+    (
+        "entries_copied",
+        "bkctl_autorecovery_entries_copied_total",
+        "counter",
+        "Entries copied by this worker.",
+    ),
+    ("bytes_copied", "bkctl_autorecovery_bytes_copied_total", "counter", "Bytes copied by this worker."),
+    (
+        "replication_failures",
+        "bkctl_autorecovery_replication_failures_total",
+        "counter",
+        "Repairs that failed.",
+    ),
+    (
+        "marks_dropped",
+        "bkctl_autorecovery_marks_dropped_total",
+        "counter",
+        "Marks of deleted ledgers dropped.",
+    ),
+    (
+        "backlog",
+        "bkctl_autorecovery_underreplicated_ledgers",
+        "gauge",
+        "Marks seen on the worker's last walk.",
+    ),
+    ("audits", "bkctl_autorecovery_audits_total", "counter", "Audits of lost bookies (auditor only)."),
+    (
+        "ledgers_marked",
+        "bkctl_autorecovery_ledgers_marked_total",
+        "counter",
+        "Ledgers marked (auditor only).",
+    ),
+    (
+        "audit_failures",
+        "bkctl_autorecovery_audit_failures_total",
+        "counter",
+        "Audits that failed (auditor only).",
+    ),
 )
 
 
-def daemon_lines(daemon: Any) -> Iterator[str]:
+def daemon_lines(daemon: Any, scope: str = "") -> Iterator[str]:
+    """Java's names (`scope` "replication_" when the daemon runs inside a bookie, as Java's), then bkctl's."""
     status = daemon.status()
+    yield from autorecovery_lines(status, scope)
     yield from metric(
-        "autorecovery_auditor", "gauge", "1 while this daemon is the auditor.", int(status["auditor"])
+        "bkctl_autorecovery_auditor", "gauge", "1 while this daemon is the auditor.", int(status["auditor"])
     )
-    yield from metric("autorecovery_copying", "gauge", "Ledgers being repaired now.", len(status["copying"]))
     yield from metric(
-        "autorecovery_failing", "gauge", "Ledgers backing off after a failure.", len(status["failing"])
+        "bkctl_autorecovery_copying", "gauge", "Ledgers being repaired now.", len(status["copying"])
+    )
+    yield from metric(
+        "bkctl_autorecovery_failing", "gauge", "Ledgers backing off after a failure.", len(status["failing"])
     )
     for key, name, kind, help_text in COUNTERS:
         if key in status:

@@ -90,6 +90,7 @@ class GcMetrics:
     entries_moved: int = 0
     bytes_moved: int = 0
     bytes_reclaimed: int = 0
+    bytes_reclaimed_by_compaction: int = 0  # of bytes_reclaimed (the rest: logs removed whole)
     major_compactions: int = 0
     minor_compactions: int = 0
     seconds_total: float = 0.0
@@ -549,6 +550,7 @@ class GarbageCollector:
         m.entries_moved += moved
         m.bytes_moved += moved_bytes
         m.bytes_reclaimed += reclaimed
+        m.bytes_reclaimed_by_compaction += reclaimed
 
     async def _copy(self, records: ScanChild) -> tuple[int, int]:
         """Every live record of the log into the current one, batch by batch through the checkpoint

@@ -34,6 +34,7 @@ from bkctl.server.http_endpoint import (
     put,
     text,
 )
+from bkctl.server.java_metrics import bookie_lines, java_number, single
 from bkctl.server.metrics import FSYNC_BUCKETS_MS
 from bkctl.server.storage import Storage
 
@@ -211,48 +212,49 @@ def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def metric(name: str, kind: str, help_text: str, value: float, labels: str = "") -> Iterator[str]:
-    yield f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n{name}{labels} {_number(value)}\n"
-
-
-def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
+metric = single
+_number = java_number
 
 
 def prometheus_lines(bookie: BookieView) -> Iterator[str]:
-    """Every metric of the bookie, in Prometheus text format."""
+    """Every metric of the bookie, in Prometheus text format: Java's names, then bkctl's own."""
+    yield from bookie_lines(bookie.state == "read-write", bookie.storage, bookie.gc)
     net = bookie.network_metrics
     read_only = 1 if bookie.state == "read-only" else 0
-    yield from metric("bookie_info", "gauge", "Bookie identity.", 1, f'{{id="{_label(bookie.bookie_id)}"}}')
-    yield from metric("bookie_read_only", "gauge", "1 when the bookie refuses adds.", read_only)
-    yield from metric("bookie_connections", "gauge", "Open client connections.", net.connections_open)
     yield from metric(
-        "bookie_connections_total", "counter", "Client connections accepted.", net.connections_total
+        "bkctl_bookie_info", "gauge", "Bookie identity.", 1, f'{{id="{_label(bookie.bookie_id)}"}}'
+    )
+    yield from metric("bkctl_bookie_read_only", "gauge", "1 when the bookie refuses adds.", read_only)
+    yield from metric("bkctl_bookie_connections", "gauge", "Open client connections.", net.connections_open)
+    yield from metric(
+        "bkctl_bookie_connections_total", "counter", "Client connections accepted.", net.connections_total
     )
     yield from metric(
-        "bookie_frames_rejected_total",
+        "bkctl_bookie_frames_rejected_total",
         "counter",
         "Connections closed for an unframeable input.",
         net.frames_rejected,
     )
-    yield from metric("bookie_bad_requests_total", "counter", "Requests answered EBADREQ.", net.bad_requests)
     yield from metric(
-        "bookie_tls_handshakes_total", "counter", "Connections switched to TLS.", net.tls_handshakes
+        "bkctl_bookie_bad_requests_total", "counter", "Requests answered EBADREQ.", net.bad_requests
     )
     yield from metric(
-        "bookie_tls_handshake_failures_total",
+        "bkctl_bookie_tls_handshakes_total", "counter", "Connections switched to TLS.", net.tls_handshakes
+    )
+    yield from metric(
+        "bkctl_bookie_tls_handshake_failures_total",
         "counter",
         "TLS handshakes that failed (logged with the peer).",
         net.tls_handshake_failures,
     )
     yield from metric(
-        "bookie_tls_required_refusals_total",
+        "bkctl_bookie_tls_required_refusals_total",
         "counter",
         "Requests answered EUA before the TLS handshake (tlsRequired).",
         net.tls_required_refusals,
     )
     yield from metric(
-        "bookie_read_pauses_total",
+        "bkctl_bookie_read_pauses_total",
         "counter",
         "Times a connection stopped being read (backpressure).",
         net.read_pauses,
@@ -266,42 +268,42 @@ def prometheus_lines(bookie: BookieView) -> Iterator[str]:
 
 # name, kind, help, GcMetrics attribute
 _GC_METRICS = (
-    ("bookie_gc_runs_total", "counter", "Garbage collection runs.", "runs"),
+    ("bkctl_bookie_gc_runs_total", "counter", "Garbage collection runs.", "runs"),
     (
-        "bookie_gc_ledgers_deleted_total",
+        "bkctl_bookie_gc_ledgers_deleted_total",
         "counter",
         "Ledgers deleted (not in metadata).",
         "ledgers_deleted",
     ),
     (
-        "bookie_gc_overreplicated_ledgers_deleted_total",
+        "bkctl_bookie_gc_overreplicated_ledgers_deleted_total",
         "counter",
         "Over-replicated ledgers deleted (metadata names another bookie).",
         "overreplicated_deleted",
     ),
     (
-        "bookie_gc_entry_logs_removed_total",
+        "bkctl_bookie_gc_entry_logs_removed_total",
         "counter",
         "Entry logs removed (no live entry).",
         "logs_removed",
     ),
-    ("bookie_gc_entry_logs_compacted_total", "counter", "Entry logs compacted.", "logs_compacted"),
-    ("bookie_gc_entries_moved_total", "counter", "Live entries copied by compaction.", "entries_moved"),
+    ("bkctl_bookie_gc_entry_logs_compacted_total", "counter", "Entry logs compacted.", "logs_compacted"),
+    ("bkctl_bookie_gc_entries_moved_total", "counter", "Live entries copied by compaction.", "entries_moved"),
     (
-        "bookie_gc_bytes_reclaimed_total",
+        "bkctl_bookie_gc_bytes_reclaimed_total",
         "counter",
         "Disk bytes freed by GC.",
         "bytes_reclaimed",
     ),
-    ("bookie_gc_seconds_total", "counter", "Time spent in GC runs.", "seconds_total"),
-    ("bookie_gc_last_run_seconds", "gauge", "Duration of the last GC run.", "last_seconds"),
+    ("bkctl_bookie_gc_seconds_total", "counter", "Time spent in GC runs.", "seconds_total"),
+    ("bkctl_bookie_gc_last_run_seconds", "gauge", "Duration of the last GC run.", "last_seconds"),
 )
 
 
 def _gc_lines(gc: GarbageCollector) -> Iterator[str]:
     for name, kind, help_text, attribute in _GC_METRICS:
         yield from metric(name, kind, help_text, getattr(gc.metrics, attribute))
-    name = "bookie_gc_live_fraction"
+    name = "bkctl_bookie_gc_live_fraction"
     yield f"# HELP {name} Live share of the entry logs per ledger dir (last run).\n# TYPE {name} gauge\n"
     for directory, fraction in sorted(gc.metrics.live_fraction.items()):
         yield f'{name}{{dir="{_label(directory)}"}} {_number(fraction)}\n'
@@ -309,30 +311,33 @@ def _gc_lines(gc: GarbageCollector) -> Iterator[str]:
 
 def _storage_lines(storage: Storage) -> Iterator[str]:
     m = storage.metrics
-    yield from metric("bookie_adds_total", "counter", "Adds accepted into the journal.", m.adds)
-    yield from metric("bookie_reads_total", "counter", "Read requests.", m.reads)
-    yield from metric("bookie_fences_total", "counter", "Fencing requests.", m.fences)
+    yield from metric("bkctl_bookie_adds_total", "counter", "Adds accepted into the journal.", m.adds)
+    yield from metric("bkctl_bookie_reads_total", "counter", "Read requests.", m.reads)
+    yield from metric("bkctl_bookie_fences_total", "counter", "Fencing requests.", m.fences)
     yield from metric(
-        "bookie_bytes_written_total", "counter", "Entry bytes of accepted adds.", m.bytes_written
+        "bkctl_bookie_bytes_written_total", "counter", "Entry bytes of accepted adds.", m.bytes_written
     )
-    yield from metric("bookie_journal_fsyncs_total", "counter", "Journal fdatasyncs.", m.fsyncs)
+    yield from metric("bkctl_bookie_journal_fsyncs_total", "counter", "Journal fdatasyncs.", m.fsyncs)
     yield from metric(
-        "bookie_journal_synced_entries_total",
+        "bkctl_bookie_journal_synced_entries_total",
         "counter",
         "Entries made durable (divide by fsyncs).",
         m.entries_per_fsync,
     )
     yield from metric(
-        "bookie_journal_queue_depth", "gauge", "Entries written, waiting for fsync.", m.journal_queue_depth
+        "bkctl_bookie_journal_queue_depth",
+        "gauge",
+        "Entries written, waiting for fsync.",
+        m.journal_queue_depth,
     )
-    yield from metric("bookie_checkpoints_total", "counter", "Checkpoints completed.", m.checkpoints)
+    yield from metric("bkctl_bookie_checkpoints_total", "counter", "Checkpoints completed.", m.checkpoints)
     yield from metric(
-        "bookie_ledgers", "gauge", "Ledgers known to the bookie.", _int_info(storage, "ledgers")
+        "bkctl_bookie_ledgers", "gauge", "Ledgers known to the bookie.", _int_info(storage, "ledgers")
     )
-    yield "# HELP bookie_errors_total Requests answered with an error, by return code.\n"
-    yield "# TYPE bookie_errors_total counter\n"
+    yield "# HELP bkctl_bookie_errors_total Requests answered with an error, by return code.\n"
+    yield "# TYPE bkctl_bookie_errors_total counter\n"
     for rc, count in sorted(m.errors_by_rc.items()):
-        yield f'bookie_errors_total{{rc="{rc_name(rc)}"}} {count}\n'
+        yield f'bkctl_bookie_errors_total{{rc="{rc_name(rc)}"}} {count}\n'
     yield from _fsync_histogram(m.fsync_latency_buckets, m.fsync_latency_sum_ms)
 
 
@@ -342,7 +347,7 @@ def _int_info(storage: Storage, key: str) -> int:
 
 
 def _fsync_histogram(buckets: list[int], sum_ms: float) -> Iterator[str]:
-    name = "bookie_journal_fsync_latency_seconds"
+    name = "bkctl_bookie_journal_fsync_latency_seconds"
     yield f"# HELP {name} Journal fdatasync latency.\n# TYPE {name} histogram\n"
     cumulative = 0
     for bound_ms, count in zip(FSYNC_BUCKETS_MS, buckets, strict=False):
