@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -331,3 +332,35 @@ async def test_the_daemon_serves_the_autorecovery_endpoints(tmp_path: Path) -> N
     finally:
         await listener.stopListening()
         store.close()
+
+
+@twisted_test
+async def test_is_ready_only_once_registered(tmp_path: Path) -> None:
+    uri = metadata_uri(tmp_path)
+    # Another session holds the registration (a previous incarnation killed -9): the bookie serves
+    # its admin port but is not ready until it has registered.
+    holder = SqliteStore(uri.removeprefix("sqlite://"))
+    Layout(holder).register_bookie("127.0.0.1:4001")
+    service = await start_bookie(tmp_path, uri=uri, bookieId="127.0.0.1:4001", **HTTP)
+    port = service.http_port
+    assert port is not None
+    try:
+        assert await in_thread(call, port, "GET", "/api/v1/bookie/is_ready") == (
+            503,
+            "Bookie is not fully started yet",
+        )
+        code, state = await in_thread(call_json, port, "GET", "/api/v1/bookie/state")
+        assert code == 200 and state["running"] is False
+        holder.close()  # its session ends: the bookie registers
+
+        def ready() -> bool:
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                if call(port, "GET", "/api/v1/bookie/is_ready")[0] == 200:
+                    return True
+                time.sleep(0.1)
+            return False
+
+        assert await in_thread(ready)
+    finally:
+        await service.stop()
