@@ -186,7 +186,8 @@ def run_daemon(
     reactor: Any = the_reactor
     auditor_config, worker_config = daemon_config(properties, parallel=parallel)
     tls = client_settings(properties)  # the conf's TLS keys, as Java's AutoRecoveryMain; else --tls
-    logging.getLogger("bkctl.recovery").setLevel(logging.INFO)  # a daemon says what it does
+    for name in ("bkctl.recovery", "bkctl.http"):
+        logging.getLogger(name).setLevel(logging.INFO)  # a daemon says what it does, and who asked
     failure: list[BaseException] = []
     with open_layout(uri, daemon=True) as layout:
         daemon = autorecovery_daemon(

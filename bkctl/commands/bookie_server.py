@@ -134,7 +134,7 @@ def start(
         bindAddress=bind,
     )
     uri = _metadata_uri(metadata, config)
-    for name in ("bkctl.bookie", "bkctl.recovery"):
+    for name in ("bkctl.bookie", "bkctl.recovery", "bkctl.http"):
         server_log = logging.getLogger(name)
         if server_log.getEffectiveLevel() > logging.INFO:
             server_log.setLevel(logging.INFO)  # a server logs what it does; -v adds debug
