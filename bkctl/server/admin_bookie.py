@@ -26,6 +26,7 @@ from bkctl.server.storage import Storage
 log = logging.getLogger("bkctl.http")
 
 NOT_SERVING = "the bookie is not serving yet"
+EntryReader = Callable[[int, int, int], Deferred[list[tuple[int, bytes]]]]
 
 
 class AdminView(Protocol):
@@ -44,6 +45,10 @@ class AdminView(Protocol):
     def read_only_forced_by(self) -> str | None: ...
 
     def switch_read_only(self, read_only: bool, persist: bool = False) -> Deferred[Any]: ...
+
+    # Reads entries first..last (-1: to the last confirmed) of any ledger through a ledger client,
+    # set by whoever runs the bookie (commands/bookie_server.py): server/ never imports client/.
+    entry_reader: EntryReader | None
 
 
 class BookieEndpoint(Endpoint):
@@ -322,6 +327,58 @@ class DeleteLedger(BookieEndpoint):
             return f"Deleted ledger: {ledger_id}"
 
         return self.in_thread(request, delete)
+
+
+class ReadLedgerEntries(BookieEndpoint):
+    """`?ledger_id=N[&start_entry_id=S][&end_entry_id=E][&page=P]`: Java's `{"<entry id>": "<payload as
+    ASCII>"}` (with `"Entries for page: ": "P"`), read through a ledger client as an administrator.
+    At most PAGE entries an answer (Java reads the whole range: a big ledger would fill the bookie's
+    memory); an unknown ledger 404 (Java: 500)."""
+
+    wrong_method = "Not found method. Should be GET method, with ledger_id provided"
+    PAGE = 1000
+
+    def on_GET(self, request: Any) -> Any:
+        ledger_id = _ledger_id(param(request, "ledger_id"))
+        reader = self.bookie.entry_reader
+        if ledger_id is None:
+            return text(request, self.wrong_method, 404)
+        if reader is None:
+            return text(request, NOT_SERVING, 503)
+        try:
+            first = int(param(request, "start_entry_id") or 0)
+            last = int(param(request, "end_entry_id") or -1)
+            page = int(param(request, "page") or -1)
+        except ValueError as exc:
+            return text(request, f"bad parameter: {exc}", 500)  # Java: its NumberFormatException, a 500
+        output: dict[str, str] = {}
+        if page > 0:
+            page_first, page_last = (page - 1) * self.PAGE, page * self.PAGE - 1
+            first = page_first if first == 0 or first < page_first else first
+            last = page_last if last == -1 or last > page_last else last
+            output["Entries for page: "] = str(page)
+        if last != -1 and first > last:
+            conflict = (
+                f"parameter for start_entry_id: {first} and end_entry_id: {last} conflict with page={page}"
+            )
+            return text(request, conflict, 500)
+        last = first + self.PAGE - 1 if last == -1 or last - first >= self.PAGE else last
+        read = reader(ledger_id, first, last)
+
+        def answer(entries: list[tuple[int, bytes]]) -> object:
+            for entry_id, payload in entries:
+                output[str(entry_id)] = payload.decode("ascii", "replace")
+            return output
+
+        def failed(failure: Any) -> object:
+            error = failure.value
+            if isinstance(error, NotFoundError):
+                return Reply(str(error), 404, is_json=False)
+            if isinstance(error, BkctlError):
+                return Reply(f"ERROR handling request: {error}", 500, is_json=False)
+            return failure
+
+        return answer_when_done(request, read.addCallbacks(answer, failed))
 
 
 def _ledger_id(value: str | None) -> int | None:

@@ -177,6 +177,7 @@ def admin_resource(bookie: BookieView) -> Any:
     put(ledger, b"delete", ab.DeleteLedger(bookie))
     put(ledger, b"list", ab.ListLedgers(bookie))
     put(ledger, b"metadata", ab.LedgerMetadataEndpoint(bookie))
+    put(ledger, b"read", ab.ReadLedgerEntries(bookie))
     node = path_node(v1, b"bookie")
     gc = Gc(bookie)
     put(gc, b"suspend_compaction", ab.SuspendCompaction(bookie))

@@ -46,6 +46,14 @@ def bkctl(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+async def http_bookie(tmp_path: Path, **keys: str) -> tuple[str, BookieService, int]:
+    """A bookie with its admin HTTP endpoint on a fresh cluster: (metadata URI, service, HTTP port)."""
+    uri = metadata_uri(tmp_path)
+    service = await start_bookie(tmp_path, uri=uri, **keys)
+    assert service.http_port is not None
+    return uri, service, service.http_port
+
+
 def with_layout(uri: str, action: Any) -> Any:
     with SqliteStore(uri.removeprefix("sqlite://")) as store:
         return action(Layout(store))
@@ -98,10 +106,7 @@ async def test_gc_sub_paths_and_unknown_paths(tmp_path: Path) -> None:
 
 @twisted_test
 async def test_bookie_endpoints(tmp_path: Path) -> None:
-    uri = metadata_uri(tmp_path)
-    service = await start_bookie(tmp_path, uri=uri, **ADMIN)
-    port = service.http_port
-    assert port is not None
+    uri, service, port = await http_bookie(tmp_path, **ADMIN)
     metadata = LedgerMetadata(1, 1, 1, (Segment(0, (service.bookie_id,)),))
     ledger_id = await in_thread(with_layout, uri, lambda layout: layout.create_ledger(metadata)[0])
     try:
@@ -164,10 +169,7 @@ async def test_bookie_endpoints(tmp_path: Path) -> None:
 
 @twisted_test
 async def test_autorecovery_endpoints(tmp_path: Path) -> None:
-    uri = metadata_uri(tmp_path)
-    service = await start_bookie(tmp_path, uri=uri, **ADMIN)
-    port = service.http_port
-    assert port is not None
+    uri, service, port = await http_bookie(tmp_path, **ADMIN)
     base = "/api/v1/autorecovery"
     try:
 
@@ -234,10 +236,7 @@ async def test_destructive_endpoints_need_the_admin_key(tmp_path: Path) -> None:
 
 @twisted_test
 async def test_read_only_switch(tmp_path: Path) -> None:
-    uri = metadata_uri(tmp_path)
-    service = await start_bookie(tmp_path, uri=uri, **ADMIN)
-    port = service.http_port
-    assert port is not None
+    uri, service, port = await http_bookie(tmp_path, **ADMIN)
     path = "/api/v1/bookie/state/readonly"
     try:
 
@@ -363,4 +362,37 @@ async def test_is_ready_only_once_registered(tmp_path: Path) -> None:
 
         assert await in_thread(ready)
     finally:
+        await service.stop()
+
+
+@twisted_test
+async def test_ledger_read(tmp_path: Path) -> None:
+    from twisted.internet import reactor
+
+    from bkctl.commands.bookie_server import attach_entry_reader
+
+    uri, service, port = await http_bookie(tmp_path, **HTTP)
+    reader = attach_entry_reader(service, reactor, service.config)
+    try:
+
+        def scenario() -> None:
+            args = ("ledger", "write", "-n", "12", "-E", "1", "-Qw", "1", "-Qa", "1", "--metadata", uri)
+            written = bkctl(*args, "-o", "json")
+            assert written.returncode == 0, written.stderr
+            ledger_id = json.loads(written.stdout)["ledger_id"]
+            path = f"/api/v1/ledger/read?ledger_id={ledger_id}"
+            code, entries = call_json(port, "GET", path)
+            assert code == 200 and entries == {str(e): f"L{ledger_id}-E{e}" for e in range(12)}
+            code, some = call_json(port, "GET", f"{path}&start_entry_id=3&end_entry_id=4")
+            assert (code, some) == (200, {"3": f"L{ledger_id}-E3", "4": f"L{ledger_id}-E4"})
+            code, paged = call_json(port, "GET", f"{path}&page=1")
+            assert code == 200 and paged["Entries for page: "] == "1" and len(paged) == 13
+            assert call(port, "GET", f"{path}&start_entry_id=5&end_entry_id=4")[0] == 500
+            assert call(port, "GET", "/api/v1/ledger/read")[0] == 404
+            assert call(port, "GET", "/api/v1/ledger/read?ledger_id=999999")[0] == 404
+            assert call(port, "PUT", path)[0] == 404
+
+        await in_thread(scenario)
+    finally:
+        await reader.close()
         await service.stop()
