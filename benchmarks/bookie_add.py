@@ -242,11 +242,13 @@ def measure(args: argparse.Namespace) -> list[dict]:
                 after, cpu_after = metrics(http_port), cpu_seconds(bookie.pid)
                 result = json.loads(client.stdout)
                 ledger_id += 1
-                total_adds = after["bookie_adds_total"] - before["bookie_adds_total"]
-                fsyncs = after["bookie_journal_fsyncs_total"] - before["bookie_journal_fsyncs_total"]
+                total_adds = after["bkctl_bookie_adds_total"] - before["bkctl_bookie_adds_total"]
+                fsyncs = (
+                    after["bkctl_bookie_journal_fsyncs_total"] - before["bkctl_bookie_journal_fsyncs_total"]
+                )
                 synced = (
-                    after["bookie_journal_synced_entries_total"]
-                    - before["bookie_journal_synced_entries_total"]
+                    after["bkctl_bookie_journal_synced_entries_total"]
+                    - before["bkctl_bookie_journal_synced_entries_total"]
                 )
                 group = synced / fsyncs if fsyncs else 0.0
                 raw = raw_baseline(base, result["entry_size"], round(group) or 1, args.seconds)

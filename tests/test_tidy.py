@@ -33,6 +33,7 @@ LAYER_OF = {
     "netio": "netio",
     "tls": "tls",
     "tls_channel": "tls_channel",
+    "admin": "admin",
     "server": "server",
     "client": "client",
     "recovery": "recovery",
@@ -47,9 +48,10 @@ LAYER_OF = {
 DIAGRAM = {
     "cli": {"commands"},
     "commands": {"recovery", "pipeline", "server", "client"},
-    "recovery": {"client"},
+    "recovery": {"client", "admin"},
     "pipeline": {"server"},
-    "server": {"metadata", "files", "netio", "tls"},
+    "server": {"admin", "metadata", "files", "netio", "tls"},
+    "admin": {"metadata"},
     "client": {"metadata", "netio", "tls"},
     "metadata": {"protocol"},
     "files": {"protocol"},
@@ -67,7 +69,7 @@ CONFINED = {
     "tabulate": {"commands", "cli"},
     "click": {"commands", "cli"},
     "kazoo": {"metadata"},
-    "twisted": {"server", "client", "recovery", "commands", "netio"},
+    "twisted": {"admin", "server", "client", "recovery", "commands", "netio"},
     "numpy": {"pipeline", "server"},
 }
 # Single modules allowed a confined package outside its parts, each for a reason the doc states.
@@ -273,7 +275,7 @@ def test_every_module_is_named_in_the_architecture() -> None:
 
 def test_the_doc_rules_catch_a_drift() -> None:
     text = ARCHITECTURE.read_text()
-    extra = text.replace("    recovery --> client\n", "    recovery --> client & server\n")
+    extra = text.replace("    recovery --> client & admin\n", "    recovery --> client & admin & server\n")
     assert diagram_errors(extra) == ["arrow recovery --> server is not checked"]
     missing = text.replace("    tls --> tls_channel\n", "")
     assert diagram_errors(missing) == ["arrow tls --> tls_channel is not drawn"]

@@ -142,7 +142,10 @@ def start(
     ] = None,
     parallel: Annotated[int, typer.Option("--parallel", min=1, max=64, help="Ledgers repaired at once.")] = 4,
     http_port: Annotated[
-        int | None, typer.Option("--http-port", min=0, max=65535, help="Serve /metrics on 127.0.0.1 here.")
+        int | None,
+        typer.Option(
+            "--http-port", min=0, max=65535, help="Serve /metrics and the admin HTTP API on 127.0.0.1 here."
+        ),
     ] = None,
 ) -> None:
     """Run an autorecovery daemon in the foreground (BookKeeper's AutoRecoveryMain) until SIGTERM/Ctrl-C:
@@ -183,7 +186,8 @@ def run_daemon(
     reactor: Any = the_reactor
     auditor_config, worker_config = daemon_config(properties, parallel=parallel)
     tls = client_settings(properties)  # the conf's TLS keys, as Java's AutoRecoveryMain; else --tls
-    logging.getLogger("bkctl.recovery").setLevel(logging.INFO)  # a daemon says what it does
+    for name in ("bkctl.recovery", "bkctl.http"):
+        logging.getLogger(name).setLevel(logging.INFO)  # a daemon says what it does, and who asked
     failure: list[BaseException] = []
     with open_layout(uri, daemon=True) as layout:
         daemon = autorecovery_daemon(
@@ -200,8 +204,11 @@ def run_daemon(
             if http_port is not None:
                 from bkctl.recovery.metrics import metrics_site
 
-                listener = reactor.listenTCP(http_port, metrics_site(daemon), interface="127.0.0.1")
-                where = f" (metrics on 127.0.0.1:{listener.getHost().port}/metrics)"
+                admin = properties.get("httpServerAdminEnabled", "").strip().lower() == "true"
+                site = metrics_site(daemon, layout, admin)
+                listener = reactor.listenTCP(http_port, site, interface="127.0.0.1")
+                port = listener.getHost().port
+                where = f" (metrics on 127.0.0.1:{port}/metrics, and /api/v1/autorecovery/*)"
             message(f"autorecovery daemon {daemon_id} running on {uri}{where}")
 
         def stop() -> Any:

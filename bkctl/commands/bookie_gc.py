@@ -13,7 +13,14 @@ import typer
 from bkctl.commands.bookie import app
 from bkctl.commands.options import MetadataOption, open_layout
 from bkctl.commands.output import OutputFormat, OutputOption, message, resolve, write_json, write_mapping
-from bkctl.errors import BkctlError, NotFoundError, UnavailableError, UsageError
+from bkctl.errors import (
+    BkctlError,
+    ConflictError,
+    NotFoundError,
+    UnauthorizedError,
+    UnavailableError,
+    UsageError,
+)
 
 # A run with --wait may compact gigabytes; the HTTP answer comes once it is done.
 WAIT_TIMEOUT_S = 24 * 3600.0  # local bound
@@ -54,13 +61,9 @@ def bookie_gc(
     """Trigger garbage collection (deleted ledgers, empty entry logs, compaction when due or forced)."""
     if major and minor:
         raise UsageError("give at most one of --major and --minor")
-    if (bookie is None) == (http is None):
-        raise UsageError("give a bookie id or --http HOST:PORT (one of them)")
-    if http is not None and not _is_host_port(http):
-        raise UsageError(f"--http {http!r}: give HOST:PORT, e.g. 127.0.0.1:8000")
-    endpoint = http if http is not None else _registered_http(bookie or "", metadata)
+    endpoint = admin_endpoint(bookie, http, metadata)
     body = {"forceMajor": major, "forceMinor": minor}
-    answer = _put(f"http://{endpoint}/api/v1/bookie/gc{'?wait=true' if wait else ''}", body, wait)
+    answer = put_json(f"http://{endpoint}/api/v1/bookie/gc{'?wait=true' if wait else ''}", body, wait)
     if not wait:
         message(str(answer))
         return
@@ -77,12 +80,21 @@ def _shown(value: Any) -> Any:
     return "-" if value is None else value
 
 
-def _is_host_port(text: str) -> bool:
+def admin_endpoint(bookie: str | None, http: str | None, metadata: str | None) -> str:
+    """HOST:PORT of a bookie's admin HTTP endpoint: `--http`, else the one the bookie registered."""
+    if (bookie is None) == (http is None):
+        raise UsageError("give a bookie id or --http HOST:PORT (one of them)")
+    if http is not None and not is_host_port(http):
+        raise UsageError(f"--http {http!r}: give HOST:PORT, e.g. 127.0.0.1:8000")
+    return http if http is not None else registered_http(bookie or "", metadata)
+
+
+def is_host_port(text: str) -> bool:
     host, _, port = text.rpartition(":")
     return bool(host) and port.isdigit() and 0 < int(port) < 65536
 
 
-def _registered_http(bookie_id: str, metadata: str | None) -> str:
+def registered_http(bookie_id: str, metadata: str | None) -> str:
     with open_layout(metadata) as layout:
         address = layout.bookie_endpoint(bookie_id, "http")
         registered = bookie_id in (*layout.bookies(), *layout.bookies(readonly=True))
@@ -93,13 +105,24 @@ def _registered_http(bookie_id: str, metadata: str | None) -> str:
     raise NotFoundError(f"bookie {bookie_id} is not registered (give --http HOST:PORT)")
 
 
-def _put(url: str, body: dict[str, bool], wait: bool) -> Any:
+# An admin endpoint's refusal -> the error (and exit code) it means; others are BkctlError.
+HTTP_ERRORS: dict[int, type[BkctlError]] = {
+    400: ConflictError,  # e.g. a forced read-only state the switch cannot lift
+    403: UnauthorizedError,  # httpServerAdminEnabled is not set
+    404: NotFoundError,
+    503: UnavailableError,  # the bookie is starting
+}
+
+
+def put_json(url: str, body: dict[str, bool], wait: bool) -> Any:
+    """PUT `body` to a bookie's admin endpoint; its JSON answer. Refusals raise HTTP_ERRORS."""
     request = urllib.request.Request(url, data=json.dumps(body).encode(), method="PUT")
     try:
         with urllib.request.urlopen(request, timeout=WAIT_TIMEOUT_S if wait else TRIGGER_TIMEOUT_S) as answer:
             return json.loads(answer.read())
     except urllib.error.HTTPError as exc:
-        raise BkctlError(f"{url}: HTTP {exc.code}: {exc.read().decode(errors='replace').strip()}") from None
+        error = HTTP_ERRORS.get(exc.code, BkctlError)
+        raise error(f"{url}: HTTP {exc.code}: {exc.read().decode(errors='replace').strip()}") from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", exc)
         raise UnavailableError(f"{url}: cannot reach the bookie's admin endpoint: {reason}") from None

@@ -134,7 +134,7 @@ def start(
         bindAddress=bind,
     )
     uri = _metadata_uri(metadata, config)
-    for name in ("bkctl.bookie", "bkctl.recovery"):
+    for name in ("bkctl.bookie", "bkctl.recovery", "bkctl.http"):
         server_log = logging.getLogger(name)
         if server_log.getEffectiveLevel() > logging.INFO:
             server_log.setLevel(logging.INFO)  # a server logs what it does; -v adds debug
@@ -177,8 +177,10 @@ def _run(config: BookieConfig, uri: str, port_file: Path | None, autorecovery: d
     service = BookieService(config, uri, reactor)
     failure: list[BaseException] = []
     daemon: list[Any] = []
+    readers: list[Any] = []
 
     def serving(_: object) -> None:
+        readers.append(attach_entry_reader(service, reactor, config))
         if autorecovery is not None:
             daemon.append(_start_daemon(service, reactor, autorecovery, failed))
         freeze_heap()  # the heap built so far (config, metadata, caches) lives as long as the bookie
@@ -201,6 +203,7 @@ def _run(config: BookieConfig, uri: str, port_file: Path | None, autorecovery: d
         from twisted.internet import defer
 
         stopping = daemon[0].stop() if daemon else defer.succeed(None)
+        stopping.addBoth(lambda _: readers[0].close() if readers else None)
         return stopping.addBoth(lambda _: service.stop())
 
     reactor.callWhenRunning(begin)
@@ -247,6 +250,43 @@ def _passing(action: Callable[[], object]) -> Callable[[object], object]:
     return run
 
 
+class _EntryReader:
+    """The admin endpoint `ledger/read`'s ledger client (Java's bookie has a BookKeeperAdmin for it):
+    opened at the first read, on the bookie's reactor and metadata session, with its TLS keys."""
+
+    def __init__(self, service: Any, reactor: Any, config: BookieConfig) -> None:
+        self._service, self._reactor, self._config = service, reactor, config
+        self._client: Any = None
+
+    def __call__(self, ledger_id: int, first: int, last: int) -> Any:
+        from twisted.internet.defer import ensureDeferred
+
+        return ensureDeferred(self._read(ledger_id, first, last))
+
+    async def _read(self, ledger_id: int, first: int, last: int) -> list[tuple[int, bytes]]:
+        from bkctl.client.client import Client
+        from bkctl.recovery.checker import admin_open
+        from bkctl.tls import client_settings
+
+        if self._client is None:
+            tls = client_settings(dict(self._config.properties))  # the bookie's TLS keys, as a client's
+            self._client = Client(self._service.layout, self._reactor, tls=tls)
+        handle = await admin_open(self._client, ledger_id, recovery=False)
+        end = handle.last_add_confirmed if last < 0 else min(last, handle.last_add_confirmed)
+        if end < first:
+            return []
+        return [(entry.entry_id, entry.payload) for entry in await handle.read(first, end)]
+
+    def close(self) -> Any:
+        return self._client.close() if self._client is not None else None
+
+
+def attach_entry_reader(service: Any, reactor: Any, config: BookieConfig) -> _EntryReader:
+    reader = _EntryReader(service, reactor, config)
+    service.entry_reader = reader
+    return reader
+
+
 def _start_daemon(service: Any, reactor: Any, properties: dict[str, str], failed: Any) -> Any:
     """Autorecovery beside the bookie, on its metadata session; copies go to this bookie (as Java's)."""
     from bkctl.recovery.config import daemon_config
@@ -262,7 +302,7 @@ def _start_daemon(service: Any, reactor: Any, properties: dict[str, str], failed
     daemon.start().addErrback(failed)
     from bkctl.recovery.metrics import daemon_lines
 
-    service.extra_metrics.append(lambda: daemon_lines(daemon))  # on the bookie's /metrics
+    service.extra_metrics.append(lambda: daemon_lines(daemon, "replication_"))  # on the bookie's /metrics
     return daemon
 
 

@@ -42,6 +42,9 @@ class BookieConfig:
     bookie_id: str | None = None
     metadata_uri: str | None = None  # None: --metadata / $BKCTL_METADATA / the embedded SQLite store
     http_port: int | None = None  # None: no admin HTTP endpoint
+    http_host: str | None = None  # httpServerHost; None: the bookie's own listen address
+    http_admin_enabled: bool = False  # httpServerAdminEnabled (bkctl): the endpoints that change things
+    persist_bookie_status: bool = False  # persistBookieStatusEnabled: the operator's switch survives restarts
     journal_dirs: tuple[Path, ...] = (Path("/tmp/bk-txn"),)
     ledger_dirs: tuple[Path, ...] = (Path("/tmp/bk-data"),)
     index_dirs: tuple[Path, ...] | None = None  # None: the ledger directories
@@ -85,6 +88,11 @@ class BookieConfig:
     tls: TlsSettings | None = None  # START_TLS (bkctl/tls.py): None answers it EBADREQ, as Java
     storage_class: str | None = None  # ledgerStorageClass: decided by server/storage_kind.py
     unused_keys: tuple[str, ...] = ()  # keys of the conf bkctl does not implement (warned at start)
+    properties: tuple[tuple[str, str], ...] = ()  # the keys given, as given (admin HTTP server_config)
+
+    def as_properties(self) -> dict[str, str]:
+        """The keys given (conf file, then flags), secrets masked: Java's `conf.asJson()`."""
+        return {key: "****" if "password" in key.lower() else value for key, value in self.properties}
 
     @property
     def effective_index_dirs(self) -> tuple[Path, ...]:
@@ -262,6 +270,9 @@ KEYS: Final[Mapping[str, Setter]] = {
     "zkLedgersRootPath": lambda key, value: {"_zk_root": _text(key, value)},
     "httpServerEnabled": _http_enabled,
     "httpServerPort": _field("http_port", _port),
+    "httpServerHost": _field("http_host", _text),
+    "httpServerAdminEnabled": _field("http_admin_enabled", _bool),
+    "persistBookieStatusEnabled": _field("persist_bookie_status", _bool),
     "journalDirectories": _field("journal_dirs", _dirs),
     "journalDirectory": _field("journal_dirs", _dirs),
     "ledgerDirectories": _field("ledger_dirs", _dirs),
@@ -360,17 +371,20 @@ def load_config(
     """A validated config from bk_server.conf pairs, then `overrides` (same keys, from the flags)."""
     values: dict[str, Any] = {}
     unused: list[str] = []
+    given: dict[str, str] = {}
     for source in (properties or {}, overrides or {}):
         for key, value in source.items():
             if key in REFUSED_KEYS:
                 _refuse(key, value)
                 continue
+            given[key] = value
             setter = KEYS.get(key)
             if setter is None:
                 unused.append(key)
                 continue
             values.update(setter(key, value))
     values["unused_keys"] = tuple(sorted(set(unused)))
+    values["properties"] = tuple(given.items())
     return _finish(values)
 
 

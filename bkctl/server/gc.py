@@ -89,6 +89,7 @@ class GcMetrics:
     entries_moved: int = 0
     bytes_moved: int = 0
     bytes_reclaimed: int = 0
+    bytes_reclaimed_by_compaction: int = 0  # of bytes_reclaimed (the rest: logs removed whole)
     major_compactions: int = 0
     minor_compactions: int = 0
     seconds_total: float = 0.0
@@ -194,6 +195,9 @@ class GarbageCollector:
         self.last_run: dict[str, Any] | None = None
         self.last_error: str | None = None
         self.forced = False
+        # Java's gc/suspend_compaction: a suspended kind is skipped by every run, forced ones too.
+        self.major_suspended = False
+        self.minor_suspended = False
 
     def start(self) -> None:
         if self.settings.wait_ms <= 0:
@@ -239,6 +243,8 @@ class GarbageCollector:
             "minorCompactionCounter": m.minor_compactions,
             "running": self.running,
             "phase": self.phase,
+            "isMajorGcSuspended": self.major_suspended,
+            "isMinorGcSuspended": self.minor_suspended,
             "last_run": self.last_run,
             "last_error": self.last_error,
             "totals": {
@@ -483,9 +489,11 @@ class GarbageCollector:
         full = self.storage.disk_full
         if full and not s.force_when_full:
             return "", 0.0
-        if force_major or (major_on and not full and now - self.last_major > s.major_interval_s):
+        major_due = force_major or (major_on and not full and now - self.last_major > s.major_interval_s)
+        if major_due and not self.major_suspended:
             return "major", s.major_threshold
-        if force_minor or (minor_on and now - self.last_minor > s.minor_interval_s):
+        minor_due = force_minor or (minor_on and now - self.last_minor > s.minor_interval_s)
+        if minor_due and not self.minor_suspended:
             return "minor", s.minor_threshold
         return "", 0.0
 
@@ -532,6 +540,7 @@ class GarbageCollector:
         m.entries_moved += moved
         m.bytes_moved += moved_bytes
         m.bytes_reclaimed += reclaimed
+        m.bytes_reclaimed_by_compaction += reclaimed
 
     async def _copy(self, records: ScanChild) -> tuple[int, int]:
         """Every live record of the log into the current one, batch by batch through the checkpoint

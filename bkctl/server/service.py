@@ -28,7 +28,7 @@ from bkctl.metadata.retry import RetryPolicy
 from bkctl.metadata.store import MetadataStore, parse_metadata_uri
 from bkctl.metadata.stores import open_store
 from bkctl.protocol import metadata_format as mf
-from bkctl.server import cookies
+from bkctl.server import bookie_status, cookies
 from bkctl.server.config import BookieConfig
 from bkctl.server.connection import NetworkMetrics
 from bkctl.server.dirlock import DirectoryLocks, holder_text, lock_directories
@@ -145,6 +145,7 @@ class BookieService:
         self.port = 0
         self.http_port: int | None = None
         self.extra_metrics: list[Callable[[], Iterator[str]]] = []  # see server/http.py
+        self.entry_reader: Any = None  # admin HTTP ledger/read (server/admin_bookie.py); set by its runner
         self.state = "starting"
         self.replay: ReplayReport | None = None
         self.replay_progress: ReplayProgress | None = None  # told the journal bytes replayed on start
@@ -181,6 +182,11 @@ class BookieService:
         yield self._in_thread(cookies.check_cookies, self.config, self.layout, self.bookie_id)
         self.storage = Storage(self._storage_config, deliver_durable, self._reactor, deliver_lost)
         self.replay = self.storage.start(self.replay_progress)
+        if self.config.persist_bookie_status and not self.config.read_only:
+            persisted = yield self._in_thread(bookie_status.read_status, self.config.ledger_dirs)
+            if persisted:
+                log.warning("bookie %s: read-only, as its operator left it (BOOKIE_STATUS)", self.bookie_id)
+                self.storage.set_read_only(True)
         self.factory.storage = self.storage
         self.factory.ready = True
         self.state = "read-only" if self.storage.read_only else "read-write"
@@ -207,11 +213,12 @@ class BookieService:
         site_class: Any = Site
         site = site_class(admin_resource(self))
         site.noisy = False
-        self._http_listener = self._listen(self.config.http_port, site, "admin http ")
+        host = self.config.http_host or self.config.listen_host
+        self._http_listener = self._listen(self.config.http_port, site, "admin http ", host)
         self.http_port = self._http_listener.getHost().port
 
-    def _listen(self, port: int, factory: Any, what: str = "") -> Any:
-        host = self.config.listen_host
+    def _listen(self, port: int, factory: Any, what: str = "", host: str | None = None) -> Any:
+        host = host or self.config.listen_host
         try:
             return self._reactor.listenTCP(port, factory, interface=host)
         except CannotListenError as exc:
@@ -313,6 +320,34 @@ class BookieService:
         assert self.storage is not None
         self.storage.set_read_only(read_only)
         return self._check_read_only()
+
+    def read_only_forced_by(self) -> str | None:
+        """Why the bookie is read-only whatever its operator says (None: it is not, or by choice)."""
+        storage = self.storage
+        if self.config.read_only:
+            return "forceReadOnlyBookie=true in the config"
+        if storage is not None and storage.disk_full:
+            return "a disk is above diskUsageThreshold"
+        if storage is not None and storage.read_only and not storage.manual_read_only:
+            return "a journal cannot be written"
+        return None
+
+    def switch_read_only(self, read_only: bool, persist: bool = False) -> Deferred[Any]:
+        """The operator's switch (admin HTTP): the registration moves before the answer; kept across
+        restarts when asked or persistBookieStatusEnabled=true (bookie_status.py)."""
+        assert self.storage is not None
+        log.warning("bookie %s: %s by its operator", self.bookie_id, "read-only" if read_only else "writable")
+        moved = self.set_read_only(read_only)
+        done = defer.succeed(None) if moved is None else moved
+        if persist or self.config.persist_bookie_status:
+            dirs = self.config.ledger_dirs
+            done.addCallback(lambda _: self._in_thread(bookie_status.write_status, dirs, read_only))
+        return done
+
+    @property
+    def ready(self) -> bool:
+        """Java's is_ready: the journal is replayed and the bookie registered, and it is not stopping."""
+        return self.registered_read_only is not None and self._stopping is None
 
     # --- stop -----------------------------------------------------------------------------------
 

@@ -757,6 +757,11 @@ class Storage:
     def read_only(self) -> bool:
         return self._manual_read_only or self._disk_full or self._journal_broken
 
+    @property
+    def manual_read_only(self) -> bool:
+        """Read-only by the operator's choice (forceReadOnlyBookie, the admin switch)."""
+        return self._manual_read_only
+
     def check_disk_usage(self) -> None:
         """Turn read-only above diskUsageThreshold, writable again under diskUsageLwmThreshold (the
         service calls it every diskCheckInterval, the checkpoint timer every flushInterval)."""

@@ -109,9 +109,12 @@ def test_autorecovery_start_and_bookie_start_autorecovery_join_the_election(tmp_
         admin = re.search(r"admin http on [\d.]+:(\d+)", bookie.stderr)
         assert admin is not None
         bookie_metrics = urlopen(f"http://127.0.0.1:{admin.group(1)}/metrics", timeout=10).read().decode()
-        assert "autorecovery_auditor 0" in bookie_metrics and "bookie_read_only" in bookie_metrics
+        assert "bkctl_autorecovery_auditor 0" in bookie_metrics and "bkctl_bookie_read_only" in bookie_metrics
         daemon_metrics = urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).read().decode()
-        assert "autorecovery_auditor 1" in daemon_metrics and "autorecovery_audits_total" in daemon_metrics
+        assert (
+            "bkctl_autorecovery_auditor 1" in daemon_metrics
+            and "bkctl_autorecovery_audits_total" in daemon_metrics
+        )
         # The daemon goes: the bookie's daemon, next in line, becomes the auditor at once.
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(30) == 0

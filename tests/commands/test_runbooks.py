@@ -154,7 +154,7 @@ def metrics_and_disks(ops: Ops) -> None:
     bookie = ops.json("bookie", "list")[0]["bookie_id"]
     with urlopen(f"{ops.http(bookie)}/metrics", timeout=10) as answer:
         metrics = answer.read().decode()
-    assert "bookie_read_only 0" in metrics and "bookie_adds_total" in metrics
+    assert "bkctl_bookie_read_only 0" in metrics and "bkctl_bookie_adds_total" in metrics
     done = ops.call("doctor", "--disk-warn", "0.01")
     assert done.returncode == 3 and "bkctl: disk: at or above 1% used" in done.stderr
     assert ops.json("bookie", "gc", bookie, "--wait")["errors"] == []

@@ -200,8 +200,8 @@ async def test_a_ledger_deleted_while_marked_has_its_mark_dropped_without_a_hot_
         assert daemon.worker.stats.failures == failures
         assert await in_thread(layout.lock_holder, stuck.ledger_id) is None
         metrics = "".join(daemon_lines(daemon))
-        assert "autorecovery_marks_dropped_total 1\n" in metrics
-        assert f"autorecovery_replication_failures_total {failures}\n" in metrics
+        assert "bkctl_autorecovery_marks_dropped_total 1\n" in metrics
+        assert f"bkctl_autorecovery_replication_failures_total {failures}\n" in metrics
         await assert_fully_replicated(cluster, healthy.ledger_id, set(pair))
     finally:
         await bounded(daemon.stop())

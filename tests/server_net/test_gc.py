@@ -135,7 +135,7 @@ async def test_deleted_ledgers_are_reclaimed_and_live_ones_stay(tmp_path: Path) 
         assert files["journal files"].endswith(".txn\t")
         logs_only = await in_thread(http, service, "GET", "/api/v1/bookie/list_disk_file?file_type=entrylog")
         assert list(logs_only) == ["entrylog files"]
-        assert "bookie_gc_bytes_reclaimed_total" in await in_thread(_metrics, service)
+        assert "bkctl_bookie_gc_bytes_reclaimed_total" in await in_thread(_metrics, service)
     finally:
         await service.stop()
 

@@ -215,11 +215,11 @@ async def test_admin_http(tmp_path: Path) -> None:
         assert beat == b"OK\n"
         assert info["id"] == service.bookie_id and info["state"] == "read-write"
         assert info["ledgers"] == 1 and "disk_usage" in info and "journal_position" in info
-        assert "bookie_adds_total 10\n" in metrics
-        assert 'bookie_errors_total{rc="EUA"} 1\n' in metrics
-        assert 'bookie_journal_fsync_latency_seconds_bucket{le="+Inf"}' in metrics
-        assert "bookie_journal_fsync_latency_seconds_count" in metrics
-        assert "# TYPE bookie_journal_queue_depth gauge" in metrics
+        assert "bkctl_bookie_adds_total 10\n" in metrics
+        assert 'bkctl_bookie_errors_total{rc="EUA"} 1\n' in metrics
+        assert 'bkctl_bookie_journal_fsync_latency_seconds_bucket{le="+Inf"}' in metrics
+        assert "bkctl_bookie_journal_fsync_latency_seconds_count" in metrics
+        assert "# TYPE bkctl_bookie_journal_queue_depth gauge" in metrics
     finally:
         await service.stop()
 

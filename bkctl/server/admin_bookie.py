@@ -1,0 +1,407 @@
+"""Java's bookie admin endpoints (BookKeeper 4.14-4.17 `server/http/service/*`): the bookie's state, the
+read-only switch, readiness, GC compaction suspension, last log mark, config, and the cluster views a
+bookie answers from the metadata store (bookies, ledgers, cluster_info).
+
+Paths, methods, parameters, JSON shapes and status codes are Java's; bkctl adds fields, never changes
+them. What reads the metadata store runs in a pool thread. See docs/bookie.md, "Admin HTTP".
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from twisted.internet import threads
+from twisted.internet.defer import Deferred
+
+from bkctl.admin.http_endpoint import Endpoint, Reply, answer_when_done, json_answer, json_body, param, text
+from bkctl.errors import BkctlError, NotFoundError
+from bkctl.metadata.layout import Layout
+from bkctl.model import LedgerMetadata, LedgerState
+from bkctl.server.config import BookieConfig
+from bkctl.server.gc import GarbageCollector
+from bkctl.server.storage import Storage
+
+log = logging.getLogger("bkctl.http")
+
+NOT_SERVING = "the bookie is not serving yet"
+EntryReader = Callable[[int, int, int], Deferred[list[tuple[int, bytes]]]]
+
+
+class AdminView(Protocol):
+    """What these endpoints read and change of a BookieService."""
+
+    bookie_id: str
+    state: str
+    config: BookieConfig
+    storage: Storage | None
+    gc: GarbageCollector | None
+    layout: Layout | None
+
+    @property
+    def ready(self) -> bool: ...
+
+    def read_only_forced_by(self) -> str | None: ...
+
+    def switch_read_only(self, read_only: bool, persist: bool = False) -> Deferred[Any]: ...
+
+    # Reads entries first..last (-1: to the last confirmed) of any ledger through a ledger client,
+    # set by whoever runs the bookie (commands/bookie_server.py): server/ never imports client/.
+    entry_reader: EntryReader | None
+
+
+class BookieEndpoint(Endpoint):
+    def __init__(self, bookie: AdminView) -> None:
+        Endpoint.__init__(self)
+        self.bookie = bookie
+        self.admin_enabled = lambda: bookie.config.http_admin_enabled
+
+    def in_thread(self, request: Any, function: Callable[[Layout], object]) -> Any:
+        """Answer with what `function(layout)` returns, run in a pool thread."""
+        layout = self.bookie.layout
+        if layout is None:
+            return text(request, NOT_SERVING, 503)
+        return answer_when_done(request, threads.deferToThread(_guarded, function, layout))
+
+
+def _guarded(function: Callable[[Layout], object], layout: Layout) -> object:
+    """Java answers a failed metadata read 500 (its ErrorHttpService); bkctl says why."""
+    try:
+        return function(layout)
+    except NotFoundError as exc:
+        return Reply(str(exc), 404, is_json=False)
+    except BkctlError as exc:
+        return Reply(f"ERROR handling request: {exc}", 500, is_json=False)
+
+
+# --- state ----------------------------------------------------------------------------------------
+
+
+class State(BookieEndpoint):
+    wrong_method = "Only support GET method to retrieve bookie state."
+
+    def on_GET(self, request: Any) -> bytes:
+        bookie = self.bookie
+        return json_answer(
+            request,
+            {
+                "running": bookie.ready,
+                "readOnly": bookie.state == "read-only",
+                "shuttingDown": bookie.state in ("stopping", "stopped"),
+                "availableForHighPriorityWrites": bookie.state == "read-write",
+                "state": bookie.state,  # bkctl
+                "readOnlyForcedBy": bookie.read_only_forced_by(),  # bkctl: None, or why it cannot be lifted
+            },
+        )
+
+
+class ReadOnly(BookieEndpoint):
+    """GET `{"readOnly": bool}`; PUT the same to switch (Java's BookieStateReadOnlyService), with
+    `"persist": true` (bkctl) to keep it across restarts. Answers once the registration has moved."""
+
+    wrong_method = "Unsupported method. Should be GET or PUT method"
+    admin_methods = frozenset({"PUT"})
+
+    def on_GET(self, request: Any) -> bytes:
+        return json_answer(request, {"readOnly": self.bookie.state == "read-only"})
+
+    def on_PUT(self, request: Any) -> Any:
+        if self.bookie.storage is None:
+            return text(request, NOT_SERVING, 503)
+        try:
+            body = json_body(request)
+        except ValueError as exc:
+            return text(request, f"bad request body: {exc}", 400)
+        if not isinstance(body, dict) or not isinstance(body.get("readOnly"), bool):
+            return text(request, 'the body must be {"readOnly": true} or {"readOnly": false}', 400)
+        wanted = body["readOnly"]
+        is_read_only = self.bookie.state == "read-only"
+        forced = self.bookie.read_only_forced_by()
+        if is_read_only and not wanted and forced is not None:
+            refused = f"Bookie is in forceReadOnly mode, cannot transit to writable mode ({forced})"
+            return text(request, refused, 400)
+        if wanted and not is_read_only and not self.bookie.config.read_only_mode_enabled:
+            return text(request, "Bookie is disabled ReadOnly mode, cannot transit to readOnly mode", 400)
+        moved = self.bookie.switch_read_only(wanted, persist=body.get("persist") is True)  # bkctl's key
+        now = moved.addCallback(lambda _: {"readOnly": self.bookie.state == "read-only"})
+        return answer_when_done(request, now)
+
+
+class IsReady(BookieEndpoint):
+    """200 once the journal is replayed and the bookie registered, 503 before (and while stopping)."""
+
+    wrong_method = "Only support GET method check if bookie is ready."
+
+    def on_GET(self, request: Any) -> bytes:
+        if self.bookie.ready:
+            return text(request, "", 200)
+        return text(request, "Bookie is not fully started yet", 503)
+
+
+# --- GC compaction suspension ------------------------------------------------------------------------
+
+
+class SuspendCompaction(BookieEndpoint):
+    """PUT `{"suspendMajor": true, "suspendMinor": true}`; GET the state (Java 4.16's endpoint)."""
+
+    wrong_method = (
+        "Not found method. Should be PUT to suspend major or minor compaction, "
+        "Or GET to get compaction state."
+    )
+    verb, keys = "Suspend", ("suspendMajor", "suspendMinor")
+
+    def on_GET(self, request: Any) -> bytes:
+        gc = self.bookie.gc
+        if gc is None:
+            return text(request, NOT_SERVING, 503)
+        state = {"isMajorGcSuspended": gc.major_suspended, "isMinorGcSuspended": gc.minor_suspended}
+        return json_answer(request, {key: str(value).lower() for key, value in state.items()})
+
+    def on_PUT(self, request: Any) -> bytes:
+        gc = self.bookie.gc
+        if gc is None:
+            return text(request, NOT_SERVING, 503)
+        try:
+            body = json_body(request)
+        except ValueError as exc:
+            return text(request, f"bad request body: {exc}", 400)
+        if body is None:
+            return text(request, "Empty request body", 400)
+        major_key, minor_key = self.keys
+        if not isinstance(body, dict) or (body.get(major_key) is None and body.get(minor_key) is None):
+            return text(request, f"No {major_key} or {minor_key} params found", 400)
+        suspend = self.verb == "Suspend"
+        done = []
+        if body.get(major_key) is True:
+            gc.major_suspended = suspend
+            done.append(f"{self.verb} majorGC on BookieServer: {self.bookie.bookie_id}")
+        if body.get(minor_key) is True:
+            gc.minor_suspended = suspend
+            done.append(f"{self.verb} minorGC on BookieServer: {self.bookie.bookie_id}")
+        log.warning("compaction: major %s, minor %s", _word(gc.major_suspended), _word(gc.minor_suspended))
+        return json_answer(request, ", ".join(done))
+
+
+def _word(suspended: bool) -> str:
+    return "suspended" if suspended else "allowed"
+
+
+class ResumeCompaction(SuspendCompaction):
+    wrong_method = (
+        "Not found method. Should be PUT to resume major or minor compaction, Or GET to get compaction state."
+    )
+    verb, keys = "Resume", ("resumeMajor", "resumeMinor")
+    on_GET = None  # type: ignore[assignment]  # Java's answers GET 404
+
+
+# --- journal and config --------------------------------------------------------------------------------
+
+
+class LastLogMark(BookieEndpoint):
+    """Java's `{"LastLogMark: Journal Id - <id>(<hex>.txn)": "Pos - <offset>"}` per journal."""
+
+    def on_GET(self, request: Any) -> bytes:
+        storage = self.bookie.storage
+        if storage is None:
+            return text(request, NOT_SERVING, 503)
+        marks = {}
+        for journal_id, offset in storage.last_marks_written:
+            marks[f"LastLogMark: Journal Id - {journal_id}({journal_id:x}.txn)"] = f"Pos - {offset}"
+        return json_answer(request, marks)
+
+
+class ServerConfig(BookieEndpoint):
+    """GET: the configuration as Java's `conf.asJson()` (key -> value as text). PUT: Java sets any key;
+    bkctl reads its keys once at start, so it refuses every key with 400 rather than pretend."""
+
+    wrong_method = "Request body not found. should contains k-v pairs"
+    admin_methods = frozenset({"PUT"})
+
+    def on_GET(self, request: Any) -> bytes:
+        return json_answer(request, self.bookie.config.as_properties())
+
+    def on_PUT(self, request: Any) -> bytes:
+        try:
+            body = json_body(request)
+        except ValueError as exc:
+            return text(request, f"bad request body: {exc}", 400)
+        if not isinstance(body, dict):
+            return text(request, "Request body not found. should contains k-v pairs", 404)
+        names = ", ".join(sorted(map(str, body))) or "(none)"
+        return text(request, f"keys not changeable while the bookie runs: {names}; set them and restart", 400)
+
+
+# --- cluster views from the metadata store ---------------------------------------------------------------
+
+
+class ListBookies(BookieEndpoint):
+    """`?type=rw|ro`, `?print_hostnames=true`: `{"<bookie id>": "<host>" | null}`."""
+
+    def on_GET(self, request: Any) -> Any:
+        read_only = param(request, "type") == "ro"
+        hostnames = param(request, "print_hostnames") == "true"
+
+        def listed(layout: Layout) -> dict[str, str | None]:
+            bookies = layout.bookies(readonly=read_only)
+            return {b: (b.rpartition(":")[0] or b) if hostnames else None for b in bookies}
+
+        return self.in_thread(request, listed)
+
+
+class ClusterInfo(BookieEndpoint):
+    wrong_method = "Only GET is supported."
+
+    def on_GET(self, request: Any) -> Any:
+        return self.in_thread(request, cluster_info)
+
+
+def cluster_info(layout: Layout) -> dict[str, Any]:
+    writable, read_only = layout.bookies(), layout.bookies(readonly=True)
+    total = len(set(layout.cookie_bookies()) | set(writable) | set(read_only))
+    auditor = layout.current_auditor()
+    return {
+        "auditorElected": auditor is not None,
+        "auditorId": auditor or "",
+        "clusterUnderReplicated": next(iter(layout.underreplicated_ids()), None) is not None,
+        "ledgerReplicationEnabled": layout.autorecovery_enabled(),
+        "totalBookiesCount": total,
+        "writableBookiesCount": len(writable),
+        "readonlyBookiesCount": len(read_only),
+        "unavailableBookiesCount": total - len(writable) - len(read_only),
+    }
+
+
+class ListLedgers(BookieEndpoint):
+    """`{"<id>": null}`, or with `?print_metadata=true` (`&page=N`, 100 a page) each ledger's metadata."""
+
+    PAGE = 100
+
+    def on_GET(self, request: Any) -> Any:
+        with_metadata = param(request, "print_metadata") == "true"
+        page_text = param(request, "page")
+        try:
+            page = int(page_text) if with_metadata and page_text is not None else -1
+        except ValueError:
+            return text(request, f"page: not a number: {page_text}", 500)
+
+        def listed(layout: Layout) -> dict[str, Any]:
+            ids = sorted(layout.ledger_ids())
+            if not with_metadata:
+                return {str(i): None for i in ids}
+            if page > 0:
+                ids = ids[(page - 1) * self.PAGE : page * self.PAGE]
+            return {str(i): java_metadata(layout.read_ledger(i).value) for i in ids}
+
+        return self.in_thread(request, listed)
+
+
+class LedgerMetadataEndpoint(BookieEndpoint):
+    """`?ledger_id=N`: `{"N": <metadata>}`; an unknown ledger 404 (bkctl; Java: 500)."""
+
+    def on_GET(self, request: Any) -> Any:
+        ledger_id = _ledger_id(param(request, "ledger_id"))
+        if ledger_id is None:
+            return text(request, "Not found method. Should be GET method", 404)
+        return self.in_thread(
+            request, lambda layout: {str(ledger_id): java_metadata(layout.read_ledger(ledger_id).value)}
+        )
+
+
+class DeleteLedger(BookieEndpoint):
+    """DELETE `?ledger_id=N` (needs httpServerAdminEnabled): removes its metadata; the bookies' GC
+    removes its entries."""
+
+    wrong_method = "Not found method. Should be DELETE method"
+    admin_methods = frozenset({"DELETE"})
+
+    def on_DELETE(self, request: Any) -> Any:
+        ledger_id = _ledger_id(param(request, "ledger_id"))
+        if ledger_id is None:
+            return text(request, "Not ledger found. Should provide ledger_id=<id>", 404)
+
+        def delete(layout: Layout) -> str:
+            layout.read_ledger(ledger_id)  # NotFoundError -> 404
+            layout.delete_ledger(ledger_id)
+            log.warning("admin http: ledger %d deleted", ledger_id)
+            return f"Deleted ledger: {ledger_id}"
+
+        return self.in_thread(request, delete)
+
+
+class ReadLedgerEntries(BookieEndpoint):
+    """`?ledger_id=N[&start_entry_id=S][&end_entry_id=E][&page=P]`: Java's `{"<entry id>": "<payload as
+    ASCII>"}` (with `"Entries for page: ": "P"`), read through a ledger client as an administrator.
+    At most PAGE entries an answer (Java reads the whole range: a big ledger would fill the bookie's
+    memory); an unknown ledger 404 (Java: 500)."""
+
+    wrong_method = "Not found method. Should be GET method, with ledger_id provided"
+    PAGE = 1000
+
+    def on_GET(self, request: Any) -> Any:
+        ledger_id = _ledger_id(param(request, "ledger_id"))
+        reader = self.bookie.entry_reader
+        if ledger_id is None:
+            return text(request, self.wrong_method, 404)
+        if reader is None:
+            return text(request, NOT_SERVING, 503)
+        try:
+            first = int(param(request, "start_entry_id") or 0)
+            last = int(param(request, "end_entry_id") or -1)
+            page = int(param(request, "page") or -1)
+        except ValueError as exc:
+            return text(request, f"bad parameter: {exc}", 500)  # Java: its NumberFormatException, a 500
+        output: dict[str, str] = {}
+        if page > 0:
+            page_first, page_last = (page - 1) * self.PAGE, page * self.PAGE - 1
+            first = page_first if first == 0 or first < page_first else first
+            last = page_last if last == -1 or last > page_last else last
+            output["Entries for page: "] = str(page)
+        if last != -1 and first > last:
+            conflict = (
+                f"parameter for start_entry_id: {first} and end_entry_id: {last} conflict with page={page}"
+            )
+            return text(request, conflict, 500)
+        last = first + self.PAGE - 1 if last == -1 or last - first >= self.PAGE else last
+        read = reader(ledger_id, first, last)
+
+        def answer(entries: list[tuple[int, bytes]]) -> object:
+            for entry_id, payload in entries:
+                output[str(entry_id)] = payload.decode("ascii", "replace")
+            return output
+
+        def failed(failure: Any) -> object:
+            error = failure.value
+            if isinstance(error, NotFoundError):
+                return Reply(str(error), 404, is_json=False)
+            if isinstance(error, BkctlError):
+                return Reply(f"ERROR handling request: {error}", 500, is_json=False)
+            return failure
+
+        return answer_when_done(request, read.addCallbacks(answer, failed))
+
+
+def _ledger_id(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None and int(value) >= 0 else None
+    except ValueError:
+        return None
+
+
+def java_metadata(md: LedgerMetadata) -> dict[str, Any]:
+    """The fields Jackson writes of Java's LedgerMetadataImpl (the password left out)."""
+    return {
+        "metadataFormatVersion": 3,
+        "ensembleSize": md.ensemble_size,
+        "writeQuorumSize": md.write_quorum,
+        "ackQuorumSize": md.ack_quorum,
+        "lastEntryId": md.last_entry_id,
+        "length": md.length,
+        "digestType": md.digest.name if md.digest is not None else None,
+        "state": md.state.name,
+        "closed": md.state is LedgerState.CLOSED,
+        "ctime": md.ctime if md.ctime is not None else -1,
+        "cToken": md.c_token if md.c_token is not None else -1,
+        "allEnsembles": {str(s.first_entry_id): list(s.ensemble) for s in md.segments},
+        "customMetadata": {key: value.decode("utf-8", "replace") for key, value in md.custom_metadata},
+    }

@@ -1,0 +1,82 @@
+"""The bookie's counters under Java BookKeeper's Prometheus names (what its PrometheusMetricsProvider
+writes: scopes joined with `_`, an OpStatsLogger as a summary with a `success` label on `_count` and
+`_sum`, sums in milliseconds), so the dashboards and alert rules written for Java bookies work.
+
+Only what bkctl measures is written: a summary without a timing has `_count` only, and no quantiles.
+tests/data/java_metrics.txt lists Java's names and types (scripts/java-metric-names); bkctl's own metrics
+are prefixed `bkctl_` (server/http.py). docs/bookie.md maps each to what it counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from bkctl.protocol.prometheus import metric, summary
+from bkctl.server.gc import GarbageCollector
+from bkctl.server.storage import Storage
+
+
+def bookie_lines(writable: bool, storage: Storage | None, gc: GarbageCollector | None) -> Iterator[str]:
+    yield from metric("bookie_SERVER_STATUS", "gauge", "1 writable, 0 read-only.", 1 if writable else 0)
+    if storage is not None:
+        yield from _storage_lines(storage)
+    if gc is not None:
+        yield from _gc_lines(gc)
+
+
+def _storage_lines(storage: Storage) -> Iterator[str]:
+    m = storage.metrics
+    writable_dirs = 0 if storage.disk_full else len(storage.config.ledger_dirs)
+    yield from metric("bookie_ledger_writable_dirs", "gauge", "Ledger directories not full.", writable_dirs)
+    yield from metric("bookie_WRITE_BYTES", "counter", "Entry bytes of accepted adds.", m.bytes_written)
+    yield from summary("bookie_BOOKIE_ADD_ENTRY", "Adds accepted by the storage.", m.adds)
+    yield from summary("bookie_BOOKIE_READ_ENTRY", "Reads answered by the storage.", m.reads)
+    yield from summary("bookkeeper_server_ADD_ENTRY_REQUEST", "Add requests accepted.", m.adds)
+    yield from summary("bookkeeper_server_READ_ENTRY_REQUEST", "Read requests.", m.reads)
+    yield from summary("bookkeeper_server_READ_ENTRY_FENCE_REQUEST", "Fencing reads.", m.fences)
+    yield from summary("bookie_journal_JOURNAL_ADD_ENTRY", "Adds written to the journal.", m.adds)
+    yield from summary(
+        "bookie_journal_JOURNAL_SYNC", "Journal fdatasyncs (sum: ms).", m.fsyncs, m.fsync_latency_sum_ms
+    )
+    yield from summary(
+        "bookie_journal_JOURNAL_FORCE_WRITE_BATCH_ENTRIES",
+        "Entries made durable per fdatasync.",
+        m.fsyncs,
+        m.entries_per_fsync,
+    )
+    yield from metric(
+        "bookie_journal_JOURNAL_QUEUE_SIZE",
+        "counter",
+        "Entries written, waiting for fsync.",
+        m.journal_queue_depth,
+    )
+    yield from metric(
+        "bookie_journal_JOURNAL_WRITE_BYTES", "counter", "Entry bytes journalled.", m.bytes_written
+    )
+    ledgers: Any = storage.info().get("ledgers", 0)
+    yield from metric("bookie_gc_ACTIVE_LEDGER_COUNT", "gauge", "Ledgers the bookie holds.", ledgers)
+
+
+def _gc_lines(gc: GarbageCollector) -> Iterator[str]:
+    m = gc.metrics
+    yield from metric(
+        "bookie_gc_MAJOR_COMPACTION_COUNT", "counter", "Major compactions.", m.major_compactions
+    )
+    yield from metric(
+        "bookie_gc_MINOR_COMPACTION_COUNT", "counter", "Minor compactions.", m.minor_compactions
+    )
+    yield from metric(
+        "bookie_gc_DELETED_LEDGER_COUNT", "counter", "Ledgers deleted by GC.", m.ledgers_deleted
+    )
+    by_compaction = m.bytes_reclaimed_by_compaction
+    yield from metric(
+        "bookie_gc_RECLAIMED_DELETION_SPACE_BYTES",
+        "counter",
+        "Bytes freed by removing entry logs.",
+        m.bytes_reclaimed - by_compaction,
+    )
+    yield from metric(
+        "bookie_gc_RECLAIMED_COMPACTION_SPACE_BYTES", "counter", "Bytes freed by compaction.", by_compaction
+    )
+    yield from summary("bookie_gc_THREAD_RUNTIME", "GC runs (sum: ms).", m.runs, m.seconds_total * 1000)

@@ -1,0 +1,142 @@
+"""examples/grafana/bookkeeper.json works: a real Prometheus server (Debian's `prometheus`, installed by
+scripts/install-system-deps) scrapes a running bookie and an autorecovery daemon, and every query of the
+dashboard, evaluated through Prometheus's HTTP API, returns data."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from tests.server_net.live import WAIT_S, in_thread, metadata_uri, start_bookie, twisted_test
+from tests.server_net.wire_client import WireClient
+
+REPO = Path(__file__).resolve().parents[2]
+DASHBOARD = REPO / "examples" / "grafana" / "bookkeeper.json"
+QUERY_WAIT_S = 90.0  # a busy machine: two scrapes a second, rates over a 1 m window need two samples
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def dashboard_queries() -> list[str]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    return [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+
+
+def start_daemon(uri: str) -> tuple[subprocess.Popen[str], int]:
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "bkctl", "autorecovery", "start", "--metadata", uri, "--http-port", "0"],
+        cwd=REPO,
+        text=True,
+        stderr=subprocess.PIPE,
+    )
+    assert daemon.stderr is not None
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(daemon.stderr or ()), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + WAIT_S * 2
+    while time.monotonic() < deadline:
+        for line in list(lines):
+            match = re.search(r"metrics on 127\.0\.0\.1:(\d+)", line)
+            if match:
+                return daemon, int(match.group(1))
+        assert daemon.poll() is None, "".join(lines)
+        time.sleep(0.05)
+    daemon.kill()
+    raise AssertionError("autorecovery daemon did not start:\n" + "".join(lines))
+
+
+def start_prometheus(tmp_path: Path, targets: list[str]) -> tuple[subprocess.Popen[bytes], int]:
+    binary = shutil.which("prometheus")
+    assert binary is not None, "prometheus is not installed: run scripts/install-system-deps"
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global:\n  scrape_interval: 500ms\n  evaluation_interval: 1s\n"
+        "scrape_configs:\n  - job_name: bkctl\n    static_configs:\n"
+        f"      - targets: [{', '.join(repr(t) for t in targets)}]\n"
+    )
+    port = free_port()
+    server = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=(tmp_path / "prometheus.log").open("wb"),
+    )
+    return server, port
+
+
+def query(port: int, expr: str) -> list[Any]:
+    url = f"http://127.0.0.1:{port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    try:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            body = json.loads(answer.read())
+    except OSError:
+        return []  # not up yet
+    assert body["status"] == "success", body
+    return list(body["data"]["result"])
+
+
+def wait_for_data(port: int, expressions: list[str]) -> dict[str, list[Any]]:
+    found: dict[str, list[Any]] = {}
+    deadline = time.monotonic() + QUERY_WAIT_S
+    while time.monotonic() < deadline and len(found) < len(expressions):
+        for expr in expressions:
+            if expr not in found:
+                result = query(port, expr)
+                if result:
+                    found[expr] = result
+        time.sleep(0.5)
+    return found
+
+
+@twisted_test
+async def test_every_dashboard_query_returns_data(tmp_path: Path) -> None:
+    uri = metadata_uri(tmp_path)
+    service = await start_bookie(tmp_path, uri=uri, httpServerEnabled="true", httpServerPort="0")
+    daemon = None
+    prometheus = None
+    try:
+        assert service.gc is not None
+        await service.gc.trigger(force_major=True)
+        daemon, daemon_port = await in_thread(start_daemon, uri)
+        targets = [f"127.0.0.1:{service.http_port}", f"127.0.0.1:{daemon_port}"]
+        prometheus, port = await in_thread(start_prometheus, tmp_path, targets)
+
+        def traffic_and_queries() -> dict[str, list[Any]]:
+            with WireClient("127.0.0.1", service.port) as client:
+                for entry in range(20):
+                    client.add(7, entry, b"x" * 100)
+                    time.sleep(0.05)
+            return wait_for_data(port, dashboard_queries())
+
+        found = await in_thread(traffic_and_queries)
+        missing = [expr for expr in dashboard_queries() if expr not in found]
+        log = (tmp_path / "prometheus.log").read_text()[-2000:]
+        assert not missing, f"queries without data: {missing}\n{log}"
+    finally:
+        for process in (prometheus, daemon):
+            if process is not None:
+                process.terminate()
+                try:
+                    process.wait(WAIT_S)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait(WAIT_S)
+        await service.stop()
