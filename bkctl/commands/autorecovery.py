@@ -178,6 +178,7 @@ def run_daemon(
     from bkctl.commands.options import open_layout
     from bkctl.recovery.config import daemon_config
     from bkctl.recovery.daemon import autorecovery_daemon
+    from bkctl.recovery.policy import placement_from_properties
     from bkctl.tls import client_settings
 
     reactor: Any = the_reactor
@@ -186,9 +187,11 @@ def run_daemon(
     logging.getLogger("bkctl.recovery").setLevel(logging.INFO)  # a daemon says what it does
     failure: list[BaseException] = []
     with open_layout(uri, daemon=True) as layout:
+        policy = placement_from_properties(properties, layout.store)
         daemon = autorecovery_daemon(
             layout, reactor, daemon_id, local_bookie=local_bookie,
             auditor_config=auditor_config, worker_config=worker_config, tls=tls,
+            placement_policy=policy,
         )  # fmt: skip
 
         def failed(reason: Any) -> None:

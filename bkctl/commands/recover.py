@@ -20,7 +20,7 @@ import typer
 from bkctl.commands.bookie import app as bookie_app
 from bkctl.commands.ledger import app as ledger_app
 from bkctl.commands.ledger_options import AdminPasswordOption, admin_password
-from bkctl.commands.options import MetadataOption, confirm
+from bkctl.commands.options import MetadataOption, PlacementConfOption, confirm
 from bkctl.commands.output import (
     Column,
     OutputFormat,
@@ -85,8 +85,13 @@ def recover(
         float | None, typer.Option("--rate", min=0.1, help="Copy at most this many MB/s.")
     ] = None,
     force: Annotated[
-        bool, typer.Option("--force", help="Recover a bookie that is still registered.")
+        bool,
+        typer.Option(
+            "--force",
+            help="Recover a bookie that is still registered; copy to a target breaking the placement policy.",
+        ),
     ] = False,
+    conf: PlacementConfOption = None,
     yes: Annotated[
         bool, typer.Option("--yes", "-y", help="Do not ask for confirmation on a terminal.")
     ] = False,
@@ -108,7 +113,14 @@ def recover(
     if not bookies:
         raise UsageError("name at least one failed bookie (host:port)")
     options = RecoveryOptions(
-        bookies, target, dry_run, ledger, parallel, skip_open, None if rate_mb_s is None else rate_mb_s * 1e6
+        bookies,
+        target,
+        dry_run,
+        ledger,
+        parallel,
+        skip_open,
+        None if rate_mb_s is None else rate_mb_s * 1e6,
+        force=force,
     )
     if not (yes or dry_run) and sys.stdin.isatty():
         confirm(
@@ -118,7 +130,8 @@ def recover(
             declined="nothing recovered",
             needs_yes="recover",
         )
-    report = run_client(metadata, lambda client: _run(client, options, force, delete_cookie, fmt))
+    report = run_client(metadata, lambda client: _run(client, options, force, delete_cookie, fmt), conf=conf)
+    _say_fallbacks(report)
     if report.target_overrides:
         message(
             f"bkctl: {report.target_overrides} segment(s) already had {target} in their ensemble: "
@@ -129,6 +142,16 @@ def recover(
         plan_out.write_text(json.dumps([step.as_dict() for step in report.plan], indent=1) + "\n")
     _render(document, fmt)
     _raise_for(report, skip_unrecoverable)
+
+
+def _say_fallbacks(report: RecoveryReport) -> None:
+    """Loudly: copies restored outside the placement policy (a rack down); the placement check moves
+    them once the racks are back (docs/runbooks/rack-down.md)."""
+    for fallback in report.placement_fallbacks:
+        message(
+            f"bkctl: warning: ledger {fallback['ledger_id']} segment {fallback['segment']}: copies restored "
+            f"outside the placement policy ({fallback['reason']}); the placement check moves them later"
+        )
 
 
 async def _run(
@@ -338,7 +361,11 @@ def ledger_recover(
         str | None, typer.Option("--target", help="Bookie to copy to (default: placement).")
     ] = None,
     full: Annotated[bool, typer.Option("--full", help="Check every entry, not first and last.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Copy to a target that breaks the placement policy.")
+    ] = False,
     password: AdminPasswordOption = None,
+    conf: PlacementConfOption = None,
     metadata: MetadataOption = None,
     output: OutputOption = None,
 ) -> None:
@@ -355,10 +382,11 @@ def ledger_recover(
             _RecoveryShown(shown, client.reactor) as told,
         ):
             return await recover_ledger_replicas(
-                client, ledger_id, target=target, full=full, password=secret, progress=told
+                client, ledger_id, target=target, full=full, password=secret, force=force, progress=told
             )
 
-    report = run_client(metadata, work)
+    report = run_client(metadata, work, conf=conf)
+    _say_fallbacks(report)
     _render(report.as_dict(), fmt)
     _raise_for(report, False)
 
@@ -374,6 +402,7 @@ def bookie_decommission(
     yes: Annotated[
         bool, typer.Option("--yes", "-y", help="Do not ask for confirmation on a terminal.")
     ] = False,
+    conf: PlacementConfOption = None,
     metadata: MetadataOption = None,
     output: OutputOption = None,
 ) -> None:
@@ -397,7 +426,8 @@ def bookie_decommission(
             await client.in_thread(_delete_cookies, client, (bookie,))
         return report
 
-    report = run_client(metadata, work)
+    report = run_client(metadata, work, conf=conf)
+    _say_fallbacks(report)
     _render(report.as_dict(), fmt)
     _raise_for(report, False)
 

@@ -9,7 +9,7 @@ from bkctl.errors import UsageError
 from bkctl.model import DigestType
 from bkctl.recovery.auditor import AuditorConfig
 from bkctl.recovery.worker import WorkerConfig
-from bkctl.server.config import int_key
+from bkctl.server.config import bool_key, int_key
 
 DAY_S = 86_400
 INT_MAX = 2**31 - 1
@@ -34,6 +34,13 @@ def daemon_config(
         ),
         periodic_check_interval_s=get(
             "auditorPeriodicCheckInterval", auditor.periodic_check_interval_s, 0, 365 * DAY_S
+        ),
+        placement_check_interval_s=get(
+            "auditorPeriodicPlacementPolicyCheckInterval", auditor.placement_check_interval_s, 0, 365 * DAY_S
+        ),
+        repair_placement=bool_key(
+            "repairedPlacementPolicyNotAdheringBookieEnable",
+            properties.get("repairedPlacementPolicyNotAdheringBookieEnable", "false"),
         ),
     )
     ms = 1000.0

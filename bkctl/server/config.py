@@ -208,6 +208,9 @@ def _bool(key: str, value: str) -> bool:
     raise UsageError(f"config key {key}: {value!r} is not true or false")
 
 
+bool_key = _bool  # public as int_key is
+
+
 def _dirs(key: str, value: str) -> tuple[Path, ...]:
     """A comma-separated directory list (BookKeeper's list syntax); at least one, no duplicates."""
     parts = [p.strip() for p in value.split(",")]
