@@ -214,16 +214,38 @@ class Placement:
                 found.append(Violation(positions[0], tuple(positions), members, spanned, needed, reason))
         return found
 
-    def _score(
-        self, ensemble: Sequence[str | None], index: int, write_quorum: int, domains: Mapping[str, str]
-    ) -> int:
-        """Fewest domains over the complete write sets through `index` (capped at the desired count)."""
-        best = self.settings.desired_domains
-        for positions in write_sets(len(ensemble), write_quorum):
-            members = [ensemble[p] for p in positions]
-            if index in positions and None not in members:
-                best = min(best, len({domains[m] for m in members if m is not None}))
-        return best
+    def _pick(
+        self,
+        ensemble: Sequence[str | None],
+        index: int,
+        quorum: int,
+        pool: Sequence[str],
+        domains: Mapping[str, str],
+        home: str | None = None,
+    ) -> str:
+        """A bookie for `index`: from a domain giving the write sets through it the most domains (the
+        fewest in a complete set first, capped at the desired count; then the most over all the sets
+        with chosen members), the `home` domain among equals (Java prefers the replaced bookie's rack),
+        at random within it. Scored per domain, not per bookie: a few racks, however many bookies."""
+        sets = [
+            [ensemble[p] for p in positions if p != index]
+            for positions in write_sets(len(ensemble), quorum)
+            if index in positions
+        ]
+        others = [{domains[m] for m in members if m is not None} for members in sets]
+        complete = [found for found, members in zip(others, sets, strict=True) if None not in members]
+        cap = self.settings.desired_domains
+        by_domain: dict[str, list[str]] = {}
+        for bookie in pool:
+            by_domain.setdefault(domains[bookie], []).append(bookie)
+
+        def score(domain: str) -> tuple[int, int, bool]:
+            fewest = min([cap, *(len(found | {domain}) for found in complete)])
+            return fewest, sum(len(found | {domain}) for found in others), domain == home
+
+        best = max(score(d) for d in by_domain)
+        chosen = sorted(b for d, members in by_domain.items() if score(d) == best for b in members)
+        return self.rng.choice(chosen)
 
     def _candidates(self, available: Iterable[str], exclude: Collection[str]) -> list[str]:
         candidates = sorted(set(available) - set(exclude))  # sorted: the seed alone decides the choice
@@ -260,13 +282,11 @@ class Placement:
 
     def _greedy(self, candidates: list[str], size: int, quorum: int, domains: Mapping[str, str]) -> list[str]:
         pool = list(candidates)
-        self.rng.shuffle(pool)
         ensemble: list[str | None] = [None] * size
         for index in range(size):
-            ensemble[index] = max(
-                pool, key=lambda b: self._score(_with(ensemble, index, b), index, quorum, domains)
-            )
-            pool.remove(ensemble[index])  # type: ignore[arg-type]
+            pick = self._pick(ensemble, index, quorum, pool, domains)
+            ensemble[index] = pick
+            pool.remove(pick)
         return [b for b in ensemble if b is not None]
 
     def replace(
@@ -297,11 +317,13 @@ class Placement:
         domains = self._domains([*candidates, *ensemble, *keep.values()])
         for index in todo:
             home = domains.get(ensemble[index])
-            pool = list(candidates)
-            self.rng.shuffle(pool)
-            pick = max(
-                pool,
-                key=lambda b: (self._score(_with(new, index, b), index, quorum, domains), domains[b] == home),
+            pick = self._pick(
+                [b if i != index else None for i, b in enumerate(new)],
+                index,
+                quorum,
+                candidates,
+                domains,
+                home,
             )
             new[index] = pick
             candidates.remove(pick)
@@ -327,12 +349,6 @@ def _normal(location: str | None) -> str | None:
         return None
     text = location.strip()
     return text if text.startswith("/") else "/" + text
-
-
-def _with(ensemble: Sequence[str | None], index: int, bookie: str) -> list[str | None]:
-    trial = list(ensemble)
-    trial[index] = bookie
-    return trial
 
 
 def _enough(candidates: Sequence[str], size: int, exclude: Collection[str]) -> None:

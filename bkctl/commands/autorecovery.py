@@ -138,7 +138,13 @@ def start(
         typer.Option("--bookie-id", help="The bookie this daemon runs beside: copies go there (as Java's)."),
     ] = None,
     conf: Annotated[
-        Path | None, typer.Option("--conf", "-c", help="A bk_server.conf: the autorecovery keys are read.")
+        Path | None,
+        typer.Option(
+            "--conf",
+            "-c",
+            envvar="BKCTL_CONF",
+            help="A bk_server.conf: the autorecovery and placement policy keys are read.",
+        ),
     ] = None,
     parallel: Annotated[int, typer.Option("--parallel", min=1, max=64, help="Ledgers repaired at once.")] = 4,
     http_port: Annotated[

@@ -319,27 +319,40 @@ def ledger_check(
     ledger_id: Annotated[int, typer.Argument(help="Ledger id.", min=0)],
     full: Annotated[bool, typer.Option("--full", help="Read every entry (default: first and last).")] = False,
     password: AdminPasswordOption = None,
+    conf: PlacementConfOption = None,
     metadata: MetadataOption = None,
     output: OutputOption = None,
 ) -> None:
-    """Whether each fragment's bookie holds its entries; exit 3 when a replica is missing."""
+    """Whether each fragment's bookie holds its entries, and (with a placement policy in --conf) whether
+    each segment's write sets span the racks it asks for; exit 3 when a replica is missing or misplaced."""
     fmt = resolve(output)
     secret = admin_password(password)
 
-    async def work(client: Client) -> list[dict[str, Any]]:
+    async def work(client: Client) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         from bkctl.recovery.checker import check_ledger
+        from bkctl.recovery.placement_check import ledger_placement
 
         checked = await check_ledger(client, ledger_id, full=full, password=secret)
-        return [_check_row(s) for s in checked.states]
+        md = (await client.in_thread(client.layout.read_ledger, ledger_id)).value
+        placed = await client.place(ledger_placement, client.placement, md)
+        return [_check_row(s) for s in checked.states], [p.as_dict() for p in placed]
 
-    rows = run_client(metadata, work)
+    rows, misplaced = run_client(metadata, work, conf=conf)
     if fmt is OutputFormat.json:
-        write_json({"ledger_id": ledger_id, "fragments": rows})
+        write_json({"ledger_id": ledger_id, "fragments": rows, "placement": misplaced})
     else:
         write_rows(rows, CHECK_COLUMNS, fmt)
+    for segment in misplaced:
+        first = segment["violations"][0]
+        message(
+            f"bkctl: ledger {ledger_id} segment {segment['segment']} breaks the placement policy: "
+            f"{len(segment['violations'])} write set(s), e.g. {', '.join(first['bookies'])} in "
+            f"{', '.join(first['domains'])} ({first['reason']}); {segment['move']} is the replica to move"
+        )
     bad = [r for r in rows if r["state"] != "ok"]
-    if bad:
-        raise ProblemsFound(f"ledger {ledger_id}: {len(bad)} fragment(s) under-replicated")
+    if bad or misplaced:
+        also = f", {len(misplaced)} segment(s) misplaced" if misplaced else ""
+        raise ProblemsFound(f"ledger {ledger_id}: {len(bad)} fragment(s) under-replicated{also}")
 
 
 def _check_row(state: Any) -> dict[str, Any]:

@@ -125,6 +125,11 @@ class AutorecoveryDaemon:
                 audit_failures=a.failures,
                 last_audit_ms=a.last_audit_ms,
                 lost_bookies=a.lost_bookies,
+                placement_checks=a.placement_checks,
+                # Java's gauges, from the last placement check
+                NUM_LEDGERS_NOT_ADHERING_TO_PLACEMENT_POLICY=a.ledgers_not_adhering,
+                NUM_LEDGERS_SOFTLY_ADHERING_TO_PLACEMENT_POLICY=a.ledgers_softly_adhering,
+                PLACEMENT_POLICY_CHECK_TIME_ms=round(a.placement_check_ms, 1),
             )
         return document
 

@@ -26,6 +26,18 @@ COUNTERS = (
     ("audits", "autorecovery_audits_total", "counter", "Audits of lost bookies (auditor only)."),
     ("ledgers_marked", "autorecovery_ledgers_marked_total", "counter", "Ledgers marked (auditor only)."),
     ("audit_failures", "autorecovery_audit_failures_total", "counter", "Audits that failed (auditor only)."),
+    (
+        "NUM_LEDGERS_NOT_ADHERING_TO_PLACEMENT_POLICY",
+        "NUM_LEDGERS_NOT_ADHERING_TO_PLACEMENT_POLICY",
+        "gauge",
+        "Closed ledgers breaking the placement policy at the last placement check (auditor only).",
+    ),
+    (
+        "NUM_LEDGERS_SOFTLY_ADHERING_TO_PLACEMENT_POLICY",
+        "NUM_LEDGERS_SOFTLY_ADHERING_TO_PLACEMENT_POLICY",
+        "gauge",
+        "Closed ledgers softly adhering to the placement policy at the last check (auditor only).",
+    ),
 )
 
 
