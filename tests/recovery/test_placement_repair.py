@@ -30,17 +30,45 @@ PROPERTIES = {
 }
 
 
+async def racked_cluster(tmp_path: Path) -> tuple[Cluster, list[str], dict[str, str]]:
+    """Six bookies, 3 racks x 2 in Pulsar's rack map."""
+    cluster = await Cluster(tmp_path).start(6)
+    assert cluster.store is not None
+    ids = sorted(str(b.bookie_id) for b in cluster.bookies)
+    racks = {bookie: f"/rack{i // 2}" for i, bookie in enumerate(ids)}
+    for bookie, rack in racks.items():
+        await in_thread(set_rack, cluster.store, RackEntry("default", bookie, rack))
+    return cluster, ids, racks
+
+
+@twisted_test
+async def test_a_writers_ensembles_and_its_ensemble_change_span_the_racks(tmp_path: Path) -> None:
+    cluster, _, racks = await racked_cluster(tmp_path)
+    try:
+        assert cluster.store is not None
+        writer = cluster.client(seed=4)
+        writer.placement = placement_from_properties(PROPERTIES, cluster.store, writer.rng)
+        lh = await bounded(writer.create_ledger(3, 3, 2, password=PW))
+        assert len({racks[b] for b in lh.ensemble}) == 3
+        await bounded(lh.add_many(payloads(20)))
+        failed = lh.ensemble[1]
+        await bounded(cluster.bookie(failed).stop())
+        await bounded(lh.add_many(payloads(20)))  # the ensemble changes: its rack-mate takes the place
+        segments = lh.metadata.segments
+        assert len(segments) == 2 and failed not in segments[1].ensemble
+        assert len({racks[b] for b in segments[1].ensemble}) == 3
+        await bounded(lh.close())
+    finally:
+        await cluster.stop()
+
+
 @twisted_test
 async def test_a_ledger_in_two_racks_is_found_and_moved_to_three(tmp_path: Path) -> None:
-    cluster = await Cluster(tmp_path).start(6)
+    cluster, ids, racks = await racked_cluster(tmp_path)
     daemon = None
     try:
         assert cluster.store is not None and cluster.layout is not None
         layout = cluster.layout
-        ids = sorted(str(b.bookie_id) for b in cluster.bookies)
-        racks = {bookie: f"/rack{i // 2}" for i, bookie in enumerate(ids)}
-        for bookie, rack in racks.items():
-            await in_thread(set_rack, cluster.store, RackEntry("default", bookie, rack))
         # planted: rack0 twice, rack1 once, written by a client that does not know the racks
         writer = cluster.client(seed=3)
         lh = await bounded(writer.create_ledger(3, 3, 2, password=PW, ensemble=[ids[0], ids[1], ids[2]]))
