@@ -49,7 +49,7 @@ DIAGRAM = {
     "cli": {"commands"},
     "commands": {"recovery", "pipeline", "server", "client"},
     "recovery": {"client", "admin"},
-    "pipeline": {"server"},
+    "pipeline": {"server", "client"},
     "server": {"admin", "metadata", "files", "netio", "tls"},
     "admin": {"metadata"},
     "client": {"metadata", "netio", "tls"},

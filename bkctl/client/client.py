@@ -42,6 +42,7 @@ class Client:
         tls: TlsSettings | None = None,
         recovery_password: bytes = b"",
         recovery_digest: DigestType = DigestType.CRC32,
+        placement_policy: placement.Placement | None = None,
         **bookie_options: int,
     ) -> None:
         if reactor is None:
@@ -51,6 +52,8 @@ class Client:
         self.layout = layout
         self.reactor = reactor
         self.rng = rng or random.Random()
+        # Every chooser of bookies asks this one policy (client/placement.py).
+        self.placement = placement_policy or placement.Placement(rng=self.rng)
         if bookies is None:
             tls = tls or client_settings_from_env(os.environ)  # `bkctl --tls ...` (cli.py)
             # protocol: the bookies' wire protocol, "v2" (default) or "v3" (BookieClients).
@@ -116,7 +119,8 @@ class Client:
         _check_shape(ensemble_size, write_quorum, ack_quorum, password, custom)
         if chosen is None:
             available = await self.in_thread(self.layout.bookies)
-            ensemble = placement.place_ensemble(available, ensemble_size, rng=self.rng)
+            choice = await self.place(self.placement.new_ensemble, available, ensemble_size, write_quorum)
+            ensemble = choice.bookies
         elif len(set(chosen)) != ensemble_size or len(chosen) != ensemble_size:
             raise UsageError(f"ensemble {list(chosen)} is not {ensemble_size} distinct bookies")
         else:
@@ -134,6 +138,13 @@ class Client:
         created, version = await self.in_thread(self.layout.create_ledger, metadata, ledger_id)
         await self.bookies.resolve(ensemble)
         return LedgerHandle(self, created, metadata, version, password, digest, writable=True)
+
+    def place(self, choose: Callable[..., T], *args: Any) -> Deferred[T]:
+        """Run a placement method: in a thread when it may ask a rack source (a script, a znode
+        cache), at once for the random policy."""
+        if self.placement.aware:
+            return self.in_thread(choose, *args)
+        return defer.succeed(choose(*args))
 
     # --- open -------------------------------------------------------------------------------------
 

@@ -27,7 +27,6 @@ from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
 from bkctl import limits
-from bkctl.client import placement
 from bkctl.client.bookie_client import (
     ADD_FLAGS,
     RECOVERY_ADD_FLAGS,
@@ -38,6 +37,7 @@ from bkctl.client.bookie_client import (
     add_key,
     error_for,
 )
+from bkctl.client.placement import Placement
 from bkctl.client.reads import LastConfirmed, LastConfirmedRead, LedgerEntry, RangeRead
 from bkctl.errors import (
     BadVersionError,
@@ -84,7 +84,10 @@ class LedgerClient(Protocol):
     def closing(self) -> bool: ...
     @property
     def recovery_reads_in_flight(self) -> int: ...
+    @property
+    def placement(self) -> Placement: ...
     def in_thread(self, function: Callable[..., T], *args: Any) -> Deferred[T]: ...
+    def place(self, choose: Callable[..., T], *args: Any) -> Deferred[T]: ...
 
 
 class _Add:
@@ -497,9 +500,16 @@ class LedgerHandle:
             excluded.update(failed.values())
             available = await self.client.in_thread(self.client.layout.bookies)
             try:
-                new = placement.replace_bookies(
-                    self._ensemble, list(failed), available, excluded, self.client.rng
+                policy = self.client.placement
+                choice = await self.client.place(
+                    policy.replace,
+                    self._ensemble,
+                    list(failed),
+                    available,
+                    self.metadata.write_quorum,
+                    excluded,
                 )
+                new = choice.bookies
             except UnavailableError as exc:
                 raise UnavailableError(
                     f"bookie {', '.join(sorted(failed.values()))} failed and cannot be replaced ({exc})"

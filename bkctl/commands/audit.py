@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from bkctl.commands import progress
-from bkctl.commands.options import MetadataOption, metadata_choice
+from bkctl.commands.options import MetadataOption, PlacementConfOption, metadata_choice
 from bkctl.commands.output import (
     Column,
     OutputFormat,
@@ -79,6 +79,7 @@ def audit(
         str | None, typer.Option("--master", help="Spark master URL (default $BKCTL_SPARK_MASTER, local[*]).")
     ] = None,
     remote: Annotated[str | None, typer.Option("--remote", help="Spark Connect URL, sc://host:port.")] = None,
+    conf: PlacementConfOption = None,
     metadata: MetadataOption = None,
     output: OutputOption = None,
 ) -> None:
@@ -105,6 +106,14 @@ def audit(
             raise UnavailableError(SPARK_MISSING) from None
         raise
     options = AuditOptions(ledger_range, verify_digests, sample, output_dir)
+    rack_store = None
+    if conf is not None:  # the rack source stays open (a watch) while the audit runs
+        from bkctl.commands.running import placement_policy
+        from bkctl.metadata.layout import Layout
+        from bkctl.metadata.stores import open_store
+
+        rack_store = open_store(uri)
+        options.placement = placement_policy(Layout(rack_store), conf)
     problems: list[str] = []
     bookies: list[Any] = []
     if online:
@@ -120,6 +129,8 @@ def audit(
             result = run_audit(spark, uri, bookies, options)
     finally:
         spark.stop()
+        if rack_store is not None:
+            rack_store.close()
     result.errors[:0] = problems
     if mark:
         marked = mark_underreplicated(uri, result.findings)

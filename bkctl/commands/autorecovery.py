@@ -138,7 +138,13 @@ def start(
         typer.Option("--bookie-id", help="The bookie this daemon runs beside: copies go there (as Java's)."),
     ] = None,
     conf: Annotated[
-        Path | None, typer.Option("--conf", "-c", help="A bk_server.conf: the autorecovery keys are read.")
+        Path | None,
+        typer.Option(
+            "--conf",
+            "-c",
+            envvar="BKCTL_CONF",
+            help="A bk_server.conf: the autorecovery and placement policy keys are read.",
+        ),
     ] = None,
     parallel: Annotated[int, typer.Option("--parallel", min=1, max=64, help="Ledgers repaired at once.")] = 4,
     http_port: Annotated[
@@ -181,6 +187,7 @@ def run_daemon(
     from bkctl.commands.options import open_layout
     from bkctl.recovery.config import daemon_config
     from bkctl.recovery.daemon import autorecovery_daemon
+    from bkctl.recovery.policy import placement_from_properties
     from bkctl.tls import client_settings
 
     reactor: Any = the_reactor
@@ -190,9 +197,11 @@ def run_daemon(
         logging.getLogger(name).setLevel(logging.INFO)  # a daemon says what it does, and who asked
     failure: list[BaseException] = []
     with open_layout(uri, daemon=True) as layout:
+        policy = placement_from_properties(properties, layout.store)
         daemon = autorecovery_daemon(
             layout, reactor, daemon_id, local_bookie=local_bookie,
             auditor_config=auditor_config, worker_config=worker_config, tls=tls,
+            placement_policy=policy,
         )  # fmt: skip
 
         def failed(reason: Any) -> None:

@@ -27,7 +27,7 @@ from bkctl.commands.ledger_options import (
     TimeoutOption,
     WriteQuorumOption,
 )
-from bkctl.commands.options import MetadataOption
+from bkctl.commands.options import MetadataOption, PlacementConfOption
 from bkctl.commands.output import OutputFormat, OutputOption, message, resolve, write_json, write_mapping
 from bkctl.commands.running import run_client
 from bkctl.errors import BkctlError, UsageError
@@ -114,6 +114,7 @@ def bench_write(
     digest: DigestOption = DigestName.crc32c,
     timeout_ms: TimeoutOption = None,
     protocol: ProtocolOption = None,
+    conf: PlacementConfOption = None,
     metadata: MetadataOption = None,
     output: OutputOption = None,
 ) -> None:
@@ -139,7 +140,7 @@ def bench_write(
             "ack_quorum": ack_quorum,
         }
 
-    _print(run_client(metadata, work, request_timeout_ms=timeout_ms, protocol=protocol), fmt)
+    _print(run_client(metadata, work, request_timeout_ms=timeout_ms, protocol=protocol, conf=conf), fmt)
 
 
 class _WriteLoad:
@@ -232,6 +233,7 @@ def bench_read(
     ] = None,
     timeout_ms: TimeoutOption = None,
     protocol: ProtocolOption = None,
+    conf: PlacementConfOption = None,
     metadata: MetadataOption = None,
     output: OutputOption = None,
 ) -> None:
@@ -248,7 +250,7 @@ def bench_read(
         size = lh.length // (lh.last_add_confirmed + 1)
         return _document("read", recorder, size, outstanding, duration) | {"ledgers": [lh.ledger_id]}
 
-    _print(run_client(metadata, work, request_timeout_ms=timeout_ms, protocol=protocol), fmt)
+    _print(run_client(metadata, work, request_timeout_ms=timeout_ms, protocol=protocol, conf=conf), fmt)
 
 
 async def _ledger_to_read(

@@ -291,6 +291,7 @@ def _start_daemon(service: Any, reactor: Any, properties: dict[str, str], failed
     """Autorecovery beside the bookie, on its metadata session; copies go to this bookie (as Java's)."""
     from bkctl.recovery.config import daemon_config
     from bkctl.recovery.daemon import autorecovery_daemon
+    from bkctl.recovery.policy import placement_from_properties
     from bkctl.tls import client_settings
 
     auditor_config, worker_config = daemon_config(properties)
@@ -298,6 +299,7 @@ def _start_daemon(service: Any, reactor: Any, properties: dict[str, str], failed
         service.layout, reactor, service.bookie_id, local_bookie=service.bookie_id,
         auditor_config=auditor_config, worker_config=worker_config,
         tls=client_settings(properties),  # the bookie's TLS keys as a client's, as Java's
+        placement_policy=placement_from_properties(properties, service.layout.store),
     )  # fmt: skip
     daemon.start().addErrback(failed)
     from bkctl.recovery.metrics import daemon_lines

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
-from bkctl.commands.options import MetadataOption, metadata_choice, open_layout
+from bkctl.commands.options import MetadataOption, PlacementConfOption, metadata_choice, open_layout
 from bkctl.commands.output import (
     Column,
     OutputFormat,
@@ -43,10 +43,12 @@ def doctor(
             "--disk-warn", min=0.0, max=1.0, help="Used fraction of a bookie's disk that is a problem."
         ),
     ] = 0.90,
+    conf: PlacementConfOption = None,
     metadata: MetadataOption = None,
     output: OutputOption = None,
 ) -> None:
-    """Check a cluster: metadata, identity, bookies, disks, under-replication, autorecovery, audits.
+    """Check a cluster: metadata, identity, bookies, disks, under-replication, autorecovery, audits, and
+    with a placement policy in --conf the closed ledgers breaking it.
 
     Changes nothing. Exit 0 when every check is ok (or unknown), 3 (PROBLEMS_FOUND) when any found a
     problem: the list is printed (stdout) and summed up on stderr.
@@ -59,6 +61,10 @@ def doctor(
     try:
         with open_layout(metadata) as layout:
             report = checks.run_checks(layout, disk_warn)
+            if conf is not None:
+                from bkctl.commands.running import placement_policy
+
+                checks.check_placement(layout, report, placement_policy(layout, conf))
     except BkctlError as exc:  # unreachable, no cluster, a foreign or undecodable LAYOUT: reported
         report = checks.unreachable(exc)
     _render(report, fmt)

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Final
 from bkctl.errors import BkctlError
 
 if TYPE_CHECKING:
+    from bkctl.client.placement import Placement
     from bkctl.metadata.layout import Layout
 
 OK: Final = "ok"
@@ -226,6 +227,29 @@ def check_underreplicated(layout: Layout, report: Report) -> None:
         report.add("underreplicated", PROBLEM, f"malformed marks: {'; '.join(problems)}")
     else:
         report.add("underreplicated", OK, "no ledger marked")
+
+
+def check_placement(layout: Layout, report: Report, policy: Placement) -> None:
+    """Closed ledgers whose write sets span fewer racks (zones, regions) than the policy asks."""
+    from bkctl.recovery.placement_check import check_placement as judge
+
+    if not policy.aware:
+        return
+    found = judge(layout, policy)
+    ids = sorted(found.not_adhering)
+    report.facts.update(placement_checked=found.closed_audited, placement_not_adhering=len(ids))
+    if ids:
+        shown = ", ".join(str(i) for i in ids[:MARKS_SHOWN]) + (", ..." if len(ids) > MARKS_SHOWN else "")
+        report.add(
+            "placement",
+            PROBLEM,
+            f"{len(ids)} of {found.closed_audited} closed ledger(s) break the policy "
+            f"({policy.settings.describe()}): {shown}",
+        )
+    else:
+        report.add(
+            "placement", OK, f"{found.closed_audited} closed ledger(s) within {policy.settings.describe()}"
+        )
 
 
 def check_autorecovery(layout: Layout, report: Report) -> None:

@@ -28,7 +28,7 @@ from bkctl.commands.ledger_options import (
     admin_password,
     password_bytes,
 )
-from bkctl.commands.options import MetadataOption, confirm
+from bkctl.commands.options import MetadataOption, PlacementConfOption, confirm
 from bkctl.commands.output import (
     Column,
     OutputFormat,
@@ -66,6 +66,7 @@ def ledger_create(
     ack_quorum: AckQuorumOption = 2,
     digest: DigestOption = DigestName.crc32c,
     password: PasswordOption = "",
+    conf: PlacementConfOption = None,
     metadata: MetadataOption = None,
     output: OutputOption = None,
 ) -> None:
@@ -83,7 +84,7 @@ def ledger_create(
         )
         return {"ledger_id": lh.ledger_id, "ensemble": lh.ensemble}
 
-    document = run_client(metadata, work)
+    document = run_client(metadata, work, conf=conf)
     write_mapping(document, fmt)
 
 

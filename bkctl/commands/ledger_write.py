@@ -34,7 +34,7 @@ from bkctl.commands.ledger_options import (
     password_bytes,
     payload,
 )
-from bkctl.commands.options import MetadataOption
+from bkctl.commands.options import MetadataOption, PlacementConfOption
 from bkctl.commands.output import OutputOption, message, resolve, write_mapping
 from bkctl.commands.progress import Bar, bar
 from bkctl.commands.running import interruptible, run_client
@@ -76,6 +76,7 @@ def ledger_write(
     password: PasswordOption = "",
     timeout_ms: TimeoutOption = None,
     protocol: ProtocolOption = None,
+    conf: PlacementConfOption = None,
     metadata: MetadataOption = None,
     output: OutputOption = None,
 ) -> None:
@@ -114,7 +115,7 @@ def ledger_write(
                 return await ended_early(client, lh, exc, close=False)
         return write_document(lh, closed=not no_close), None
 
-    document, error = run_client(metadata, work, request_timeout_ms=timeout_ms, protocol=protocol)
+    document, error = run_client(metadata, work, request_timeout_ms=timeout_ms, protocol=protocol, conf=conf)
     write_mapping(document, fmt)
     if error is not None:
         raise error

@@ -10,6 +10,7 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -30,6 +31,17 @@ MetadataOption = Annotated[
         envvar="BKCTL_METADATA",
         help="Metadata store: zk://host:port/ledgers, host:port[/chroot], sqlite:///path/metadata.db "
         "(default: the embedded SQLite store, see docs/cli.md).",
+        show_default=False,
+    ),
+]
+
+PlacementConfOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--conf",
+        envvar="BKCTL_CONF",
+        help="Java properties (a bk_client.conf or bk_server.conf) with the placement policy's keys: "
+        "ensemblePlacementPolicy, minNumRacksPerWriteQuorum, reppDnsResolverClass... (docs/placement.md).",
         show_default=False,
     ),
 ]

@@ -20,7 +20,7 @@ import typer
 from bkctl.commands.bookie import app as bookie_app
 from bkctl.commands.ledger import app as ledger_app
 from bkctl.commands.ledger_options import AdminPasswordOption, admin_password
-from bkctl.commands.options import MetadataOption, check_output_file, confirm
+from bkctl.commands.options import MetadataOption, PlacementConfOption, check_output_file, confirm
 from bkctl.commands.output import (
     Column,
     OutputFormat,
@@ -87,8 +87,13 @@ def recover(
         float | None, typer.Option("--rate", min=0.1, help="Copy at most this many MB/s.")
     ] = None,
     force: Annotated[
-        bool, typer.Option("--force", help="Recover a bookie that is still registered.")
+        bool,
+        typer.Option(
+            "--force",
+            help="Recover a bookie that is still registered; copy to a target breaking the placement policy.",
+        ),
     ] = False,
+    conf: PlacementConfOption = None,
     yes: Annotated[
         bool, typer.Option("--yes", "-y", help="Do not ask for confirmation on a terminal.")
     ] = False,
@@ -126,7 +131,14 @@ def recover(
     if plan_out is not None:
         check_output_file(plan_out, "--plan-out")
     options = RecoveryOptions(
-        bookies, target, dry_run, ledger, parallel, skip_open, None if rate_mb_s is None else rate_mb_s * 1e6
+        bookies,
+        target,
+        dry_run,
+        ledger,
+        parallel,
+        skip_open,
+        None if rate_mb_s is None else rate_mb_s * 1e6,
+        force=force,
     )
     if not (yes or dry_run) and sys.stdin.isatty():
         confirm(
@@ -136,7 +148,10 @@ def recover(
             declined="nothing recovered",
             needs_yes="recover",
         )
-    report = run_client(metadata, lambda client: _run(client, options, force, delete_cookie, fmt, wait_s))
+    report = run_client(
+        metadata, lambda client: _run(client, options, force, delete_cookie, fmt, wait_s), conf=conf
+    )
+    _say_fallbacks(report)
     if report.target_overrides:
         message(
             f"bkctl: {report.target_overrides} segment(s) already had {target} in their ensemble: "
@@ -157,6 +172,16 @@ def _write_plan(path: Path, report: RecoveryReport) -> None:
         raise ReadOnlyError(
             f"--plan-out {path}: {exc.strerror or exc} (the report above is complete)"
         ) from None
+
+
+def _say_fallbacks(report: RecoveryReport) -> None:
+    """Loudly: copies restored outside the placement policy (a rack down); the placement check moves
+    them once the racks are back (docs/runbooks/rack-down.md)."""
+    for fallback in report.placement_fallbacks:
+        message(
+            f"bkctl: warning: ledger {fallback['ledger_id']} segment {fallback['segment']}: copies restored "
+            f"outside the placement policy ({fallback['reason']}); the placement check moves them later"
+        )
 
 
 async def _run(
@@ -368,27 +393,40 @@ def ledger_check(
     ledger_id: Annotated[int, typer.Argument(help="Ledger id.", min=0)],
     full: Annotated[bool, typer.Option("--full", help="Read every entry (default: first and last).")] = False,
     password: AdminPasswordOption = None,
+    conf: PlacementConfOption = None,
     metadata: MetadataOption = None,
     output: OutputOption = None,
 ) -> None:
-    """Whether each fragment's bookie holds its entries; exit 3 when a replica is missing."""
+    """Whether each fragment's bookie holds its entries, and (with a placement policy in --conf) whether
+    each segment's write sets span the racks it asks for; exit 3 when a replica is missing or misplaced."""
     fmt = resolve(output)
     secret = admin_password(password)
 
-    async def work(client: Client) -> list[dict[str, Any]]:
+    async def work(client: Client) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         from bkctl.recovery.checker import check_ledger
+        from bkctl.recovery.placement_check import ledger_placement
 
         checked = await check_ledger(client, ledger_id, full=full, password=secret)
-        return [_check_row(s) for s in checked.states]
+        md = (await client.in_thread(client.layout.read_ledger, ledger_id)).value
+        placed = await client.place(ledger_placement, client.placement, md)
+        return [_check_row(s) for s in checked.states], [p.as_dict() for p in placed]
 
-    rows = run_client(metadata, work)
+    rows, misplaced = run_client(metadata, work, conf=conf)
     if fmt is OutputFormat.json:
-        write_json({"ledger_id": ledger_id, "fragments": rows})
+        write_json({"ledger_id": ledger_id, "fragments": rows, "placement": misplaced})
     else:
         write_rows(rows, CHECK_COLUMNS, fmt)
+    for segment in misplaced:
+        first = segment["violations"][0]
+        message(
+            f"bkctl: ledger {ledger_id} segment {segment['segment']} breaks the placement policy: "
+            f"{len(segment['violations'])} write set(s), e.g. {', '.join(first['bookies'])} in "
+            f"{', '.join(first['domains'])} ({first['reason']}); {segment['move']} is the replica to move"
+        )
     bad = [r for r in rows if r["state"] != "ok"]
-    if bad:
-        raise ProblemsFound(f"ledger {ledger_id}: {len(bad)} fragment(s) under-replicated")
+    if bad or misplaced:
+        also = f", {len(misplaced)} segment(s) misplaced" if misplaced else ""
+        raise ProblemsFound(f"ledger {ledger_id}: {len(bad)} fragment(s) under-replicated{also}")
 
 
 def _check_row(state: Any) -> dict[str, Any]:
@@ -410,7 +448,11 @@ def ledger_recover(
         str | None, typer.Option("--target", help="Bookie to copy to (default: placement).")
     ] = None,
     full: Annotated[bool, typer.Option("--full", help="Check every entry, not first and last.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Copy to a target that breaks the placement policy.")
+    ] = False,
     password: AdminPasswordOption = None,
+    conf: PlacementConfOption = None,
     metadata: MetadataOption = None,
     output: OutputOption = None,
 ) -> None:
@@ -427,10 +469,11 @@ def ledger_recover(
             _RecoveryShown(shown, client.reactor) as told,
         ):
             return await recover_ledger_replicas(
-                client, ledger_id, target=target, full=full, password=secret, progress=told
+                client, ledger_id, target=target, full=full, password=secret, force=force, progress=told
             )
 
-    report = run_client(metadata, work)
+    report = run_client(metadata, work, conf=conf)
+    _say_fallbacks(report)
     _render(report.as_dict(), fmt)
     _raise_for(report, False)
 
@@ -446,6 +489,7 @@ def bookie_decommission(
     yes: Annotated[
         bool, typer.Option("--yes", "-y", help="Do not ask for confirmation on a terminal.")
     ] = False,
+    conf: PlacementConfOption = None,
     metadata: MetadataOption = None,
     output: OutputOption = None,
 ) -> None:
@@ -469,7 +513,8 @@ def bookie_decommission(
             await client.in_thread(_delete_cookies, client, (bookie,))
         return report
 
-    report = run_client(metadata, work)
+    report = run_client(metadata, work, conf=conf)
+    _say_fallbacks(report)
     _render(report.as_dict(), fmt)
     _raise_for(report, False)
 

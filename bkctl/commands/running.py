@@ -13,6 +13,7 @@ import gc
 import os
 import signal
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from bkctl.commands.options import open_layout
@@ -21,6 +22,8 @@ from bkctl.errors import BkctlError
 
 if TYPE_CHECKING:
     from bkctl.client.client import Client
+    from bkctl.client.placement import Placement
+    from bkctl.metadata.layout import Layout
 
 T = TypeVar("T")
 
@@ -71,6 +74,8 @@ def run_client(
     *,
     request_timeout_ms: int | None = None,
     protocol: str | None = None,
+    conf: Path | None = None,
+    overrides: dict[str, str] | None = None,
 ) -> T:
     """Open the cluster named by `metadata`, run `work(client)` on the reactor, close the client.
     `protocol`: the bookies' wire protocol, else $BKCTL_PROTOCOL (the root --protocol), else v2."""
@@ -81,9 +86,16 @@ def run_client(
     if request_timeout_ms is not None:
         options["request_timeout_ms"] = request_timeout_ms
     with open_layout(metadata) as layout:
+        policy = placement_policy(layout, conf, overrides)
 
         async def main(reactor: Any) -> T:
-            client = Client(layout, reactor, protocol=wire_protocol, **options)  # type: ignore[arg-type]
+            client = Client(
+                layout,
+                reactor,
+                protocol=wire_protocol,
+                placement_policy=policy,
+                **options,  # type: ignore[arg-type]
+            )
             freeze_heap()
             try:
                 return await work(client)
@@ -91,6 +103,17 @@ def run_client(
                 await client.close()
 
         return react(main)
+
+
+def placement_policy(layout: Layout, conf: Path | None, overrides: dict[str, str] | None = None) -> Placement:
+    """The placement policy of `--conf FILE` (Java properties; $BKCTL_CONF through the option), its
+    keys overridden by flags (`overrides`); the random policy without either."""
+    from bkctl.recovery.policy import placement_from_properties
+    from bkctl.server.config import read_properties_file
+
+    properties = read_properties_file(conf) if conf is not None else {}
+    properties.update(overrides or {})
+    return placement_from_properties(properties, layout.store)
 
 
 class interruptible:

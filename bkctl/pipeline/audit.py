@@ -28,14 +28,18 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from bkctl.client.placement import Placement
 from bkctl.metadata.stores import layout_at
+from bkctl.model import LedgerState
 from bkctl.pipeline import compare, sources
 from bkctl.pipeline.bookie_dirs import BookieDirs
 from bkctl.pipeline.inventory import Verify, ledger_record_bytes
 from bkctl.pipeline.online import OnlineBookie
 from bkctl.pipeline.session import parallelism
 
-KINDS = compare.FINDING_KINDS
+# `placement`: entries whose write set spans fewer racks (zones, regions) than the policy asks; judged
+# from the metadata on the driver (no bookie is read for it), with the bookies and their racks
+KINDS = (*compare.FINDING_KINDS, "placement")
 BOOKIE_KINDS = ("missing", "extra", "orphan", "corrupt")  # the kinds that name a bookie
 FINDING_SCHEMA = (
     "kind string, ledger_id long, bookie string, first_entry_id long, last_entry_id long, "
@@ -55,6 +59,7 @@ class AuditOptions:
     verify_digests: bool = False
     sample: float = 1.0
     output_dir: Path | None = None
+    placement: Placement | None = None  # judge placement too (`--conf` with an aware policy)
 
 
 @dataclass
@@ -108,15 +113,22 @@ def run_audit(spark: SparkSession, uri: str, bookies: Bookies, options: AuditOpt
         sums = result.where(F.col("kind").isin(*compare.TOTAL_KINDS)).groupBy("kind").agg(F.sum("entries"))
         totals = {r[0]: r[1] for r in sums.collect()}
         findings = _findings([r for r in rows if r.kind in KINDS], bookies)
+        misplaced = []
+        if options.placement is not None and options.placement.aware:
+            misplaced = placement_findings(uri, ids, options.placement)
         errors = [r.text for r in rows if r.kind == "error"]
         warnings = [
             f"{r.text} (ledger {r.ledger_id} not audited: its copies are neither extra nor orphan)"
             for r in sorted((r for r in rows if r.kind == "warning"), key=lambda r: r.ledger_id)
         ]
         summary = _summary(totals, findings, len(bookies))
+        if options.placement is not None and options.placement.aware:
+            summary["placement"] = sum(f["entries"] for f in misplaced)
+            summary["placement_ledgers"] = len({f["ledger_id"] for f in misplaced})
         summary["seconds"] = round(time.monotonic() - started, 2)
-        if options.output_dir is not None:
+        if options.output_dir is not None:  # the replica findings' tables (placement is in the JSON)
             _write_output(spark, options.output_dir, result, findings, summary)
+        findings += misplaced
     finally:
         result.unpersist()
     return AuditResult(summary, findings, errors, warnings)
@@ -174,6 +186,52 @@ def _findings(rows: list[Any], bookies: Bookies) -> list[dict[str, Any]]:
     return sorted(findings, key=_finding_order)
 
 
+def placement_findings(uri: str, ids: list[int], policy: Placement) -> list[dict[str, Any]]:
+    """One finding per write set breaking the policy in a segment: its entries (entry e goes to the
+    positions from e mod ensemble size, Java's round robin), its bookies and their racks. An open
+    ledger's last segment is judged up to nothing: its end is not known yet."""
+    found = []
+    with layout_at(uri) as layout:
+        for ledger_id, md in layout.read_ledgers(ids):
+            for number, segment in enumerate(md.segments):
+                first = segment.first_entry_id
+                last = _segment_last(md, number)
+                where = policy.locations(segment.ensemble)
+                for violation in policy.violations(segment.ensemble, md.write_quorum):
+                    low, high, count = _entries_of(
+                        violation, len(segment.ensemble), md.write_quorum, first, last
+                    )
+                    if count:
+                        found.append(
+                            {
+                                "kind": "placement",
+                                "ledger_id": ledger_id,
+                                "bookie": ",".join(violation.bookies),
+                                "first_entry_id": low,
+                                "last_entry_id": high,
+                                "entries": count,
+                                "racks": [where[b] for b in violation.bookies],
+                                "reason": violation.reason,
+                            }
+                        )
+    return found
+
+
+def _segment_last(md: Any, number: int) -> int:
+    if number + 1 < len(md.segments):
+        return int(md.segments[number + 1].first_entry_id) - 1
+    return int(md.last_entry_id) if md.state is LedgerState.CLOSED else -1
+
+
+def _entries_of(violation: Any, size: int, quorum: int, first: int, last: int) -> tuple[int, int, int]:
+    """(first, last, how many) of the entries in first..last that go to the violation's write set."""
+    if quorum >= size:  # one write set: every entry
+        return first, last, max(0, last - first + 1)
+    low = first + (violation.first - first) % size
+    high = last - (last - violation.first) % size
+    return low, high, 0 if high < low else (high - low) // size + 1
+
+
 def _finding_order(f: dict[str, Any]) -> tuple[int, int, str, int]:
     return KINDS.index(f["kind"]), f["ledger_id"], f["bookie"] or "", f["first_entry_id"]
 
@@ -219,7 +277,7 @@ def _write_output(
     frame.write.mode("overwrite").parquet(str(directory / "findings"))
     per_bookie = _totals(result, frame.where("bookie IS NOT NULL"), "bookie", BOOKIE_KINDS)
     per_bookie.write.mode("overwrite").parquet(str(directory / "per_bookie"))
-    per_ledger = _totals(result, frame, "ledger_id", KINDS)
+    per_ledger = _totals(result, frame, "ledger_id", compare.FINDING_KINDS)
     per_ledger.write.mode("overwrite").parquet(str(directory / "per_ledger"))
     (directory / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
 

@@ -30,3 +30,13 @@ def _in_range(key: str, number: N, low: N, high: N) -> N:
     if not low <= number <= high:
         raise UsageError(f"config key {key}: {number} is not in {low}..{high}")
     return number
+
+
+def bool_key(key: str, value: str) -> bool:
+    """Java's boolean key: true/false (also yes/no, on/off, 1/0), anything else refused."""
+    text = value.strip().lower()
+    if text in ("true", "yes", "on", "1"):
+        return True
+    if text in ("false", "no", "off", "0"):
+        return False
+    raise UsageError(f"config key {key}: {value!r} is not true or false")

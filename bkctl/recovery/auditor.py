@@ -22,18 +22,22 @@ from bkctl.metadata.layout import Layout
 from bkctl.metadata.nodes import AVAILABLE, COOKIES, READONLY
 from bkctl.metadata.store import Subscription
 from bkctl.recovery.audit import AuditReport, AuditScheduler, audit_bookies
+from bkctl.recovery.placement_check import PLACEMENT_CHECK, PlacementCheckReport, mark_for_moves
 
 log = logging.getLogger("bkctl.recovery.auditor")
 
 
 @dataclass(frozen=True)
 class AuditorConfig:
-    """Java's keys: lostBookieRecoveryDelay (s), auditorPeriodicBookieCheckInterval and
-    auditorPeriodicCheckInterval (s, 0 = off)."""
+    """Java's keys: lostBookieRecoveryDelay (s), auditorPeriodicBookieCheckInterval,
+    auditorPeriodicCheckInterval and auditorPeriodicPlacementPolicyCheckInterval (s, 0 = off),
+    repairedPlacementPolicyNotAdheringBookieEnable."""
 
     lost_bookie_recovery_delay_s: int = 0
     periodic_bookie_check_interval_s: int = 86_400
     periodic_check_interval_s: int = 604_800
+    placement_check_interval_s: int = 0
+    repair_placement: bool = False
 
 
 @dataclass
@@ -45,6 +49,11 @@ class AuditorStats:
     last_audit_ms: int | None = None
     last_report: AuditReport | None = None
     lost_bookies: list[str] = field(default_factory=list)
+    placement_checks: int = 0
+    # the last placement check's counts (Java's gauges) and time
+    ledgers_not_adhering: int = 0
+    ledgers_softly_adhering: int = 0
+    placement_check_ms: float = 0.0
 
 
 class Auditor:
@@ -54,10 +63,12 @@ class Auditor:
         reactor: Any,
         config: AuditorConfig = AuditorConfig(),
         sweep: Callable[[], Deferred[dict[int, list[str]]]] | None = None,
+        placement: Callable[[], Deferred[PlacementCheckReport]] | None = None,
     ) -> None:
         self._layout, self._reactor, self._config = layout, reactor, config
         self._sweep = sweep  # checks every ledger: ledger -> bad bookies (recovery.ledger_sweep)
-        self._sweep_call: Any = None
+        self._placement = placement  # judges every closed ledger (recovery.placement_check)
+        self._calls: dict[str, Any] = {}  # the periodic checks' next calls
         self.scheduler = AuditScheduler(reactor, self.request_audit)
         self.stats = AuditorStats()
         self._subs: list[Subscription] = []
@@ -82,9 +93,10 @@ class Auditor:
             self._periodic = task.LoopingCall(self._periodic_check)
             self._periodic.clock = self._reactor
             self._periodic.start(interval, now=False)
-        if self._sweep is not None and self._config.periodic_check_interval_s > 0:
-            last = yield self._in_thread(self._layout.check_ctime, CHECK_ALL)
-            self._schedule_sweep(last)
+        for name, (interval, check, _) in self._checks().items():
+            if check is not None and interval > 0:
+                last = yield self._in_thread(self._layout.check_ctime, name)
+                self._schedule(name, last)
         self.ready = True
         log.info("auditor started")
 
@@ -95,8 +107,9 @@ class Auditor:
         self._subs.clear()
         if self._periodic is not None and self._periodic.running:
             self._periodic.stop()
-        if self._sweep_call is not None and self._sweep_call.active():
-            self._sweep_call.cancel()
+        for call in self._calls.values():
+            if call.active():
+                call.cancel()
         self.scheduler.stop()
         log.info("auditor stopped")
 
@@ -179,23 +192,31 @@ class Auditor:
         if not self.scheduler.pending:  # Java: the periodic bookie check defers to a pending delayed audit
             self.request_audit()
 
-    # --- the periodic check of every ledger ------------------------------------------------------
+    # --- the periodic checks: every ledger's replicas, every closed ledger's placement -------------
 
-    def _schedule_sweep(self, last_ms: int | None) -> None:
+    def _checks(self) -> dict[str, tuple[int, Callable[[], Deferred[Any]] | None, Callable[[Any], None]]]:
+        """ctime node -> (interval, the check, what to do with its result in a thread)."""
+        return {
+            CHECK_ALL: (self._config.periodic_check_interval_s, self._sweep, self._mark_swept),
+            PLACEMENT_CHECK: (self._config.placement_check_interval_s, self._placement, self._placement_done),
+        }
+
+    def _schedule(self, name: str, last_ms: int | None) -> None:
         """Next check `interval` after the last one (its ctime node survives auditor changes)."""
-        interval = self._config.periodic_check_interval_s
+        interval = self._checks()[name][0]
         due = 0.0 if last_ms is None else last_ms / 1000 + interval - time.time()
-        self._sweep_call = self._reactor.callLater(max(SWEEP_MIN_DELAY_S, due), self._run_sweep)
+        self._calls[name] = self._reactor.callLater(max(SWEEP_MIN_DELAY_S, due), self._run_check, name)
 
-    def _run_sweep(self) -> None:
-        if not self._running or self._sweep is None:
+    def _run_check(self, name: str) -> None:
+        _, check, done = self._checks()[name]
+        if not self._running or check is None:
             return
-        if not self._enabled:  # Java: nothing is marked while disabled; try again later
-            self._schedule_sweep(int(time.time() * 1000))
+        if not self._enabled:  # Java: nothing is checked or marked while disabled; try again later
+            self._schedule(name, int(time.time() * 1000))
             return
-        done = self._sweep().addCallback(lambda bad: self._in_thread(self._mark_swept, bad))
-        done.addErrback(self._log_failure)
-        done.addBoth(lambda _: self._schedule_sweep(int(time.time() * 1000)) if self._running else None)
+        running = check().addCallback(lambda result: self._in_thread(done, result))
+        running.addErrback(self._log_failure)
+        running.addBoth(lambda _: self._schedule(name, int(time.time() * 1000)) if self._running else None)
 
     def _mark_swept(self, bad: dict[int, list[str]]) -> None:
         for ledger_id, bookies in bad.items():
@@ -205,6 +226,22 @@ class Auditor:
         self.stats.sweeps += 1
         if bad:
             log.info("periodic check: %d ledger(s) marked under-replicated: %s", len(bad), sorted(bad))
+
+    def _placement_done(self, report: PlacementCheckReport) -> None:
+        if self._config.repair_placement:
+            self.stats.ledgers_marked += mark_for_moves(self._layout, report)
+        self._layout.set_check_ctime(PLACEMENT_CHECK, int(time.time() * 1000))
+        self.stats.placement_checks += 1
+        self.stats.ledgers_not_adhering = len(report.not_adhering)
+        self.stats.ledgers_softly_adhering = report.softly_adhering
+        self.stats.placement_check_ms = report.seconds * 1000
+        if report.not_adhering:
+            log.warning(
+                "placement check: %d of %d closed ledger(s) break the placement policy: %s",
+                len(report.not_adhering),
+                report.closed_audited,
+                sorted(report.not_adhering)[:20],
+            )
 
     # --- audits -------------------------------------------------------------------------------------
 

@@ -23,9 +23,8 @@ from typing import TYPE_CHECKING, Any
 
 from twisted.internet import defer
 
-from bkctl.client import placement
 from bkctl.client.single_bookie import last_entry_on, read_from_bookie
-from bkctl.errors import BkctlError, NotFoundError, UsageError
+from bkctl.errors import BkctlError, NotFoundError, UnavailableError, UsageError
 from bkctl.model import LedgerMetadata
 from bkctl.recovery.checker import admin_open as admin_open  # re-exported: repair and commands use it here
 from bkctl.recovery.checker import check_ledger
@@ -58,6 +57,11 @@ class RecoveryOptions:
     live: frozenset[tuple[str, int]] = frozenset()
     # the operator's password for the ledger (`ledger recover --password`); None: the stored one
     password: bytes | None = None
+    # a target that breaks the placement policy is used anyway (else the ledger is refused, with why)
+    force: bool = False
+    # moving replicas to meet the placement policy (the placement check's marks): a move that cannot
+    # meet it is not made (the ledger is skipped and tried again later)
+    placement_move: bool = False
 
 
 @dataclass
@@ -102,6 +106,9 @@ class RecoveryReport:
     ledgers_done: int = 0
     ledgers_deleted: int = 0  # deleted while the run went on (quietly passed over)
     target_overrides: int = 0  # segments where the target could not go (already there): placement chose
+    # segments whose new ensemble could not meet the placement policy (a rack down): the copies are
+    # restored anyway, and the placement check moves them once the racks are back
+    placement_fallbacks: list[dict[str, Any]] = field(default_factory=list)
     corrupt: list[tuple[int, int, str]] = field(default_factory=list)  # (ledger, entry, bookie) bad copies
     # the fragments being copied now, their counts growing entry by entry (not in the JSON: `copied` has
     # them once done); a progress display reads them between two callbacks, a ledger can be one long copy
@@ -124,6 +131,7 @@ class RecoveryReport:
             "entries_copied": self.copied.entries,
             "bytes_copied": self.copied.bytes,
             "corrupt_copies": [{"entry_id": e, "bookie": b, "ledger_id": lid} for lid, e, b in self.corrupt],
+            "placement_fallbacks": self.placement_fallbacks,
             "seconds": round(time.monotonic() - self.started, 3),
             "dry_run": self.dry_run,
             "plan": [step.as_dict() for step in self.plan] if self.dry_run else [],
@@ -292,7 +300,11 @@ class BookieRecovery:
             moves = [f for f in bad if f.segment == number]
             old = list(md.segments[number].ensemble)
             in_place = number == open_tail  # a writer's ensemble: its bookies get their entries back
-            targets = [f.bookie for f in moves] if in_place else self._targets(old, len(moves), available)
+            if in_place:
+                targets = [f.bookie for f in moves]
+            else:
+                indexes = [f.index for f in moves]
+                targets = await self._targets(handle.ledger_id, number, md, indexes, available)
             new = list(old)
             for fragment, target in zip(moves, targets, strict=True):
                 new[fragment.index] = target
@@ -303,21 +315,43 @@ class BookieRecovery:
             steps.append((step, list(zip(moves, targets, strict=True))))
         return steps
 
-    def _targets(self, ensemble: Sequence[str], count: int, available: list[str]) -> list[str]:
+    async def _targets(
+        self, ledger_id: int, number: int, md: LedgerMetadata, indexes: list[int], available: list[str]
+    ) -> list[str]:
         """The target for each failed place: the given one where it fits (not already in the ensemble,
-        once per segment), placement for the rest (said on stderr by the command: `target_overrides`)."""
-        chosen: list[str] = []
+        once per segment), placement for the rest (said on stderr by the command: `target_overrides`).
+        A given target that breaks the placement policy refuses the ledger, unless `force`."""
+        ensemble = md.segments[number].ensemble
         target = self.options.target
-        if target is not None and target not in ensemble:
-            chosen.append(target)
-        if len(chosen) < count:
-            if target is not None:
-                self.report.target_overrides += 1
-            # Dead bookies are never targets; a live one that lacks entries elsewhere may take these.
-            chosen += placement.place_ensemble(
-                available, count - len(chosen), {*ensemble, *self.dead, *chosen}, self.client.rng
+        keep = {indexes[0]: target} if target is not None and target not in ensemble else {}
+        if target is not None and len(keep) < len(indexes):
+            self.report.target_overrides += 1
+        policy = self.client.placement
+        # Dead bookies are never targets; a live one that lacks entries elsewhere may take these.
+        choice = await self.client.place(
+            policy.replace, ensemble, indexes, available, md.write_quorum, self.dead, keep
+        )
+        if not choice.adheres and self.options.placement_move:
+            raise UnavailableError(
+                f"segment {number}: no bookie can take a replica within the policy ({choice.reason})"
             )
-        return chosen
+        if not choice.adheres:
+            own = [v for v in choice.violations if keep and indexes[0] in v.positions]
+            if own and not self.options.force:
+                raise UsageError(
+                    f"target {target} breaks the placement policy in segment {number} "
+                    f"({own[0].reason}: {', '.join(own[0].bookies)} in {', '.join(own[0].domains)}); "
+                    "--force to use it anyway"
+                )
+            self.report.placement_fallbacks.append(
+                {
+                    "ledger_id": ledger_id,
+                    "segment": number,
+                    "ensemble": choice.bookies,
+                    "reason": choice.reason,
+                }
+            )
+        return [choice.bookies[i] for i in indexes]
 
 
 async def last_entry(handle: LedgerHandle, probe: Sequence[str]) -> int:
@@ -353,6 +387,7 @@ async def recover_ledger_replicas(
     target: str | None = None,
     full: bool = False,
     password: bytes | None = None,
+    force: bool = False,
     progress: Callable[[RecoveryReport], None] = lambda _: None,
 ) -> RecoveryReport:
     """`bkctl ledger recover`: the fragments the checker finds bad, repaired. A bookie that is not
@@ -365,5 +400,5 @@ async def recover_ledger_replicas(
         return RecoveryReport([], target, False)
     live = frozenset((f.bookie, f.segment) for f in bad if f.bookie in check.registered)
     failed = tuple(dict.fromkeys(f.bookie for f in bad))
-    options = RecoveryOptions(failed, target, ledger=ledger_id, live=live, password=password)
+    options = RecoveryOptions(failed, target, ledger=ledger_id, live=live, password=password, force=force)
     return await BookieRecovery(client, options, progress).run()

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from bkctl import limits
 from bkctl.errors import UsageError
 from bkctl.model import DigestType
-from bkctl.protocol.properties import int_key
+from bkctl.protocol.properties import bool_key, int_key
 from bkctl.recovery.auditor import AuditorConfig
 from bkctl.recovery.worker import WorkerConfig
 
@@ -46,6 +46,13 @@ def daemon_config(
         ),
         periodic_check_interval_s=get(
             "auditorPeriodicCheckInterval", auditor.periodic_check_interval_s, 0, 365 * DAY_S
+        ),
+        placement_check_interval_s=get(
+            "auditorPeriodicPlacementPolicyCheckInterval", auditor.placement_check_interval_s, 0, 365 * DAY_S
+        ),
+        repair_placement=bool_key(
+            "repairedPlacementPolicyNotAdheringBookieEnable",
+            properties.get("repairedPlacementPolicyNotAdheringBookieEnable", "false"),
         ),
     )
     ms = 1000.0

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from twisted.internet import task, threads
 from twisted.internet.defer import inlineCallbacks
@@ -21,6 +21,9 @@ from bkctl.recovery.auditor import Auditor, AuditorConfig
 from bkctl.recovery.election import AuditorElection
 from bkctl.recovery.worker import Repairer, ReplicationWorker, WorkerConfig
 from bkctl.tls import TlsSettings
+
+if TYPE_CHECKING:
+    from bkctl.client.placement import Placement
 
 log = logging.getLogger("bkctl.recovery.daemon")
 
@@ -46,6 +49,7 @@ class AutorecoveryDaemon:
         self.bytes_per_s = 0.0
         self.client: Any = None  # the ledger client of the repairs, closed at stop (see start_daemon)
         self.sweep: Any = None  # the auditor's periodic check of every ledger (autorecovery_daemon)
+        self.placement_check: Any = None  # the auditor's periodic placement check (autorecovery_daemon)
         self._session_sub: Any = None
 
     @inlineCallbacks
@@ -71,7 +75,9 @@ class AutorecoveryDaemon:
         log.info("autorecovery daemon %s stopped", self.daemon_id)
 
     def _elected(self) -> None:
-        self.auditor = Auditor(self._layout, self._reactor, self._auditor_config, self.sweep)
+        self.auditor = Auditor(
+            self._layout, self._reactor, self._auditor_config, self.sweep, self.placement_check
+        )
         self.auditor.start().addErrback(self._auditor_failed)
 
     def _demoted(self) -> None:
@@ -119,6 +125,11 @@ class AutorecoveryDaemon:
                 audit_failures=a.failures,
                 last_audit_ms=a.last_audit_ms,
                 lost_bookies=a.lost_bookies,
+                placement_checks=a.placement_checks,
+                # Java's gauges, from the last placement check
+                NUM_LEDGERS_NOT_ADHERING_TO_PLACEMENT_POLICY=a.ledgers_not_adhering,
+                NUM_LEDGERS_SOFTLY_ADHERING_TO_PLACEMENT_POLICY=a.ledgers_softly_adhering,
+                PLACEMENT_POLICY_CHECK_TIME_ms=round(a.placement_check_ms, 1),
             )
         return document
 
@@ -158,6 +169,7 @@ def autorecovery_daemon(
     auditor_config: AuditorConfig | None = None,
     worker_config: WorkerConfig | None = None,
     tls: TlsSettings | None = None,
+    placement_policy: Placement | None = None,
 ) -> AutorecoveryDaemon:
     """A daemon repairing with recovery's checker and replicator through its own ledger client (over
     TLS with `tls`: Java's AutoRecoveryMain uses the TLS keys of its bk_server.conf as a client's)."""
@@ -165,6 +177,7 @@ def autorecovery_daemon(
 
     from bkctl.client.client import Client
     from bkctl.recovery.ledger_sweep import check_all_ledgers
+    from bkctl.recovery.placement_check import check_placement
     from bkctl.recovery.repair import LedgerRepairer
 
     config = worker_config or WorkerConfig()
@@ -174,10 +187,12 @@ def autorecovery_daemon(
         tls=tls,
         recovery_password=config.recovery_password,
         recovery_digest=config.recovery_digest,
+        placement_policy=placement_policy,
     )
     daemon = AutorecoveryDaemon(
         layout, reactor, daemon_id, LedgerRepairer(client, local_bookie), auditor_config, worker_config
     )
     daemon.client = client
     daemon.sweep = lambda: defer.ensureDeferred(check_all_ledgers(client))
+    daemon.placement_check = lambda: client.in_thread(check_placement, layout, client.placement)
     return daemon

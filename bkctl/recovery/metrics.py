@@ -115,6 +115,13 @@ def autorecovery_lines(status: dict[str, Any], scope: str = "") -> Iterator[str]
             status["audits"],
             status.get("ledgers_marked", 0),
         )
+    for key, what in (
+        ("NUM_LEDGERS_NOT_ADHERING_TO_PLACEMENT_POLICY", "breaking"),
+        ("NUM_LEDGERS_SOFTLY_ADHERING_TO_PLACEMENT_POLICY", "softly adhering to"),
+    ):
+        if key in status:
+            help_text = f"Closed ledgers {what} the placement policy at the last placement check."
+            yield from metric(f"{scope}auditor_{key}", "gauge", help_text, status[key])
     if "ledgers_replicated" in status:
         replicated = status["ledgers_replicated"]
         yield from metric(

@@ -19,8 +19,10 @@ from twisted.internet import defer
 from twisted.internet.defer import Deferred
 
 from bkctl.errors import NotFoundError
+from bkctl.model import LedgerState
 from bkctl.recovery.bookie_recovery import BookieRecovery, RecoveryOptions, admin_open
 from bkctl.recovery.checker import check_ledger
+from bkctl.recovery.placement_check import ledger_placement
 from bkctl.recovery.replicator import format_ranges
 from bkctl.recovery.worker import RepairOutcome
 
@@ -58,13 +60,21 @@ class LedgerRepairer:
             bad = [s.fragment for s in check.states if not s.ok and s.fragment.bookie in alive]
             lost += sorted({f.bookie for f in bad})
             live = frozenset((f.bookie, f.segment) for f in bad)  # repaired where they lack entries
+        move = False
         if not lost:
-            return RepairOutcome(replicated=True, detail="every bookie of the mark is back with its data")
+            # Marked by the placement check: move one replica of each segment breaking the policy.
+            placed = await self._placement_moves(ledger_id, alive)
+            if not placed:
+                return RepairOutcome(replicated=True, detail="every bookie of the mark is back with its data")
+            lost, live, move = sorted({b for b, _ in placed}), frozenset(placed), True
         # Copies go to our own bookie when it can take them (as Java's worker does), else placement
         # chooses: a daemon beside a read-only or stopped bookie, or alone, still repairs.
-        target = self.local_bookie if self.local_bookie in writable else None
+        # With a placement policy, placement chooses (as Java's worker does since 4.12): our own bookie
+        # may be in the wrong rack.
+        local = self.local_bookie if not self.client.placement.aware else None
+        target = local if local in writable else None
         options = RecoveryOptions(
-            tuple(lost), target, ledger=ledger_id, parallel=1, skip_open=True, live=live
+            tuple(lost), target, ledger=ledger_id, parallel=1, skip_open=True, live=live, placement_move=move
         )
         report = await BookieRecovery(self.client, options).run()
         outcome = RepairOutcome(
@@ -80,6 +90,18 @@ class LedgerRepairer:
         if report.ledgers_skipped:
             return replace(outcome, replicated=False, detail=str(report.ledgers_skipped[0]["reason"]))
         return outcome
+
+    async def _placement_moves(self, ledger_id: int, alive: list[str]) -> list[tuple[str, int]]:
+        """(bookie, segment): the replicas of the mark's bookies to move so the closed ledger's write
+        sets span the racks the policy asks for."""
+        policy = self.client.placement
+        if not policy.aware or not alive:
+            return []
+        md = (await self.client.in_thread(self.client.layout.read_ledger, ledger_id)).value
+        if md.state is not LedgerState.CLOSED:
+            return []
+        segments = await self.client.in_thread(ledger_placement, policy, md)
+        return [(s.move, s.segment) for s in segments if s.move in alive]
 
 
 def _exists(layout: Any, ledger_id: int) -> bool:

@@ -18,6 +18,7 @@ from typing import Any, Final
 from bkctl import limits
 from bkctl.errors import UsageError
 from bkctl.model import BookieId
+from bkctl.protocol.properties import bool_key as _bool
 from bkctl.protocol.properties import float_key as _float
 from bkctl.protocol.properties import int_key as _int
 from bkctl.tls import SERVER_KEYS as TLS_KEYS
@@ -187,15 +188,6 @@ def read_properties_file(path: Path) -> dict[str, str]:
 
 
 # --- values -----------------------------------------------------------------------------------------
-
-
-def _bool(key: str, value: str) -> bool:
-    text = value.strip().lower()
-    if text in ("true", "yes", "on", "1"):
-        return True
-    if text in ("false", "no", "off", "0"):
-        return False
-    raise UsageError(f"config key {key}: {value!r} is not true or false")
 
 
 def _dirs(key: str, value: str) -> tuple[Path, ...]:
