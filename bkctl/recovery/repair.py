@@ -19,7 +19,7 @@ from twisted.internet import defer
 from twisted.internet.defer import Deferred
 
 from bkctl.errors import NotFoundError
-from bkctl.recovery.bookie_recovery import BookieRecovery, RecoveryOptions, admin_open
+from bkctl.recovery.bookie_recovery import BookieRecovery, RecoveryOptions, RegisteredBookies, admin_open
 from bkctl.recovery.checker import check_ledger
 from bkctl.recovery.replicator import format_ranges
 from bkctl.recovery.worker import RepairOutcome
@@ -33,6 +33,7 @@ OPEN_SKIP = "--skip-open-ledgers"
 class LedgerRepairer:
     def __init__(self, client: Client, local_bookie: str | None = None) -> None:
         self.client, self.local_bookie = client, local_bookie
+        self.bookies = RegisteredBookies(client)  # shared by this worker's repairs
 
     def repair(self, ledger_id: int, missing: tuple[str, ...]) -> Deferred[RepairOutcome]:
         return defer.ensureDeferred(self._repair(ledger_id, missing))
@@ -42,10 +43,11 @@ class LedgerRepairer:
 
     async def _repair(self, ledger_id: int, missing: tuple[str, ...]) -> RepairOutcome:
         layout = self.client.layout
-        if not await self.client.in_thread(_exists, layout, ledger_id):
+        try:
+            known = await self.client.in_thread(layout.read_ledger, ledger_id)
+        except NotFoundError:
             return RepairOutcome(replicated=False, deleted=True)
-        writable = await self.client.in_thread(layout.bookies)
-        readonly = await self.client.in_thread(lambda: layout.bookies(readonly=True))
+        writable, readonly = await self.bookies.lists()
         lost = [b for b in missing if b not in writable and b not in readonly]
         alive = [b for b in missing if b not in lost]
         live: frozenset[tuple[str, int]] = frozenset()
@@ -66,7 +68,8 @@ class LedgerRepairer:
         options = RecoveryOptions(
             tuple(lost), target, ledger=ledger_id, parallel=1, skip_open=True, live=live
         )
-        report = await BookieRecovery(self.client, options).run()
+        known_now = {ledger_id: known}
+        report = await BookieRecovery(self.client, options, known=known_now, bookies=self.bookies).run()
         outcome = RepairOutcome(
             replicated=True, entries_copied=report.copied.entries, bytes_copied=report.copied.bytes
         )
@@ -80,11 +83,3 @@ class LedgerRepairer:
         if report.ledgers_skipped:
             return replace(outcome, replicated=False, detail=str(report.ledgers_skipped[0]["reason"]))
         return outcome
-
-
-def _exists(layout: Any, ledger_id: int) -> bool:
-    try:
-        layout.read_ledger(ledger_id)
-    except NotFoundError:
-        return False
-    return True

@@ -22,6 +22,7 @@ from twisted.internet.defer import Deferred
 
 from bkctl.client.bookie_client import RECOVERY_ADD_FLAGS
 from bkctl.errors import BadVersionError, BkctlError, ProtocolError, UnavailableError
+from bkctl.metadata.nodes import Versioned
 from bkctl.model import LedgerMetadata, Segment
 from bkctl.protocol import wire
 from bkctl.protocol.entry import verify_entry
@@ -218,9 +219,15 @@ async def swap_bookie(handle: LedgerHandle, fragment: Fragment, target: str) -> 
     False if the bookie is no longer there (someone else swapped it): nothing written.
     """
     client = handle.client
-    for _ in range(SWAP_CAS_MAX):
-        current = await client.in_thread(client.layout.read_ledger, handle.ledger_id)
+    # First from the handle's metadata (read when opened, or just written by the previous swap): a
+    # ledger nobody else changes costs one write, not a read and a write; a stale one fails the CAS.
+    current = Versioned(handle.metadata, handle.version)
+    for attempt in range(SWAP_CAS_MAX):
+        if attempt:
+            current = await client.in_thread(client.layout.read_ledger, handle.ledger_id)
         updated = swapped(current.value, fragment, target)
+        if updated is None and not attempt:
+            continue  # the handle's copy may be stale: judged on a fresh read
         if updated is None:
             return False
         try:
