@@ -14,6 +14,7 @@ the same ledgers written by bkctl's client.
     python benchmarks/autorecovery.py --metadata zk          # the same on ZooKeeper
     python benchmarks/autorecovery.py --metadata zk --entry-size 1024 --ledgers 2000 --entries 30
     python benchmarks/autorecovery.py --metadata zk --entry-size 1024 --ledgers 2000 --entries 30 --stack java
+    python benchmarks/autorecovery.py --metadata zk --entry-size 65536 --ledgers 40 --entries 100 --rate 5M
 """
 
 from __future__ import annotations
@@ -29,8 +30,18 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.recover import Shape, bkctl, main_of, metadata_uri, write_ledgers, zk_requests  # noqa: E402
-from bkctl.commands.sandbox_procs import BookieChild, start_children, stop_children  # noqa: E402
+from benchmarks.recover import (  # noqa: E402
+    START_S,
+    Shape,
+    bkctl,
+    main_of,
+    metadata_uri,
+    start_bookies,
+    write_ledgers,
+    zk_requests,
+)
+from bkctl.commands.autorecovery import parse_rate  # noqa: E402
+from bkctl.commands.sandbox_procs import BookieChild, stop_children  # noqa: E402
 from bkctl.metadata.layout import Layout  # noqa: E402
 from bkctl.metadata.stores import open_store  # noqa: E402
 
@@ -73,12 +84,12 @@ class BkctlStack:
         with open_store(uri) as store:
             Layout(store).init_cluster()
             Layout(store).set_lost_bookie_recovery_delay(0)
-        self.children, self.ids = start_children(root, uri, bookies, 0, DAEMON)
+        self.children, self.ids = start_bookies(root, uri, bookies, DAEMON)
 
     def add_spare(self) -> None:
         spare = BookieChild(self.root / "bookie-spare", 0, self.uri, DAEMON)
         self.children.append(spare)
-        spare.wait_serving(time.monotonic() + 60)
+        spare.wait_serving(time.monotonic() + START_S)
 
     def kill_first(self) -> None:
         self.children[0].proc.send_signal(signal.SIGKILL)
@@ -119,7 +130,7 @@ class JavaStack:
             child.stop()
 
 
-def run(shape: Shape, stack_name: str = "bkctl") -> dict[str, Any]:
+def run(shape: Shape, stack_name: str = "bkctl", rate: int | None = None) -> dict[str, Any]:
     with (
         tempfile.TemporaryDirectory(dir="/tmp", prefix="bkctl-autorecovery-") as tmp,
         metadata_uri(shape.metadata, Path(tmp)) as (uri, zk),
@@ -130,6 +141,8 @@ def run(shape: Shape, stack_name: str = "bkctl") -> dict[str, Any]:
             write_ledgers(uri, shape)
             stack.add_spare()
             with open_store(uri) as store:
+                if rate is not None:  # `bkctl autorecovery set-rate`: the daemons' budget together
+                    Layout(store).set_replication_rate(rate)
                 observer = Observer(Layout(store), zk)
                 to_heal = naming(observer.layout, stack.ids[0])
                 killed, requests_at_kill = time.monotonic(), zk_requests(zk)
@@ -161,6 +174,8 @@ def run(shape: Shape, stack_name: str = "bkctl") -> dict[str, Any]:
         "kill_to_healed_s": round(healed - killed, 2),
         "mark_to_healed_s": round(mark_to_healed, 2),
         "ledgers_per_s_after_mark": round(to_heal / mark_to_healed, 1) if mark_to_healed > 0 else None,
+        "rate_set_mb_s": None if rate is None else rate / 1e6,
+        "mb_per_s_after_mark": round(copied / mark_to_healed, 2) if copied and mark_to_healed > 0 else None,
         "zk_requests_per_ledger": round(requests / max(1, to_heal), 1) if zk else None,
         "zk_requests_per_ledger_after_mark": round(after_mark / max(1, to_heal), 1) if zk else None,
     }
@@ -172,8 +187,10 @@ def main() -> None:
 
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--stack", choices=("bkctl", "java"), default="bkctl")
+    parser.add_argument("--rate", help="the cluster's copy budget (autorecovery set-rate), e.g. 5M")
     known, sys.argv[1:] = parser.parse_known_args()
-    main_of(lambda shape: run(shape, known.stack), __doc__ or "")
+    rate = None if known.rate is None else parse_rate(known.rate)
+    main_of(lambda shape: run(shape, known.stack, rate), __doc__ or "")
 
 
 if __name__ == "__main__":

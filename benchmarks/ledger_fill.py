@@ -24,6 +24,7 @@ from bkctl.commands.running import run_client  # noqa: E402
 from bkctl.model import DigestType  # noqa: E402
 
 AT_ONCE = 32  # ledgers being written together
+TIMEOUT_MS = 120_000
 
 
 async def fill(client: Any, ledgers: int, entries: int, size: int) -> dict[str, Any]:
@@ -53,7 +54,9 @@ def main() -> None:
     parser.add_argument("--entries", type=int, default=30)
     parser.add_argument("--entry-size", type=int, default=1024)
     args = parser.parse_args()
-    done = run_client(args.uri, lambda client: fill(client, args.ledgers, args.entries, args.entry_size))
+    work = lambda client: fill(client, args.ledgers, args.entries, args.entry_size)  # noqa: E731
+    # a JVM bookie on a loaded machine can pause for seconds: a timeout would fail a bookie of 3
+    done = run_client(args.uri, work, request_timeout_ms=TIMEOUT_MS)
     print(json.dumps(done), flush=True)
 
 

@@ -32,7 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.cluster_write import cpu_s  # noqa: E402
-from bkctl.commands.sandbox_procs import BookieChild, start_children, stop_children  # noqa: E402
+from bkctl.commands.sandbox_procs import BookieChild, stop_children  # noqa: E402
 from bkctl.metadata.layout import Layout  # noqa: E402
 from bkctl.metadata.stores import open_store  # noqa: E402
 from bkctl.metadata.zk_server import ZooKeeperServer, four_letter_word  # noqa: E402
@@ -74,6 +74,20 @@ def write_ledgers(uri: str, shape: Shape) -> None:
         assert done.returncode == 0, done.stderr
 
 
+START_S = 180.0  # a bookie starting on a machine at load 40 (sandbox_procs' 30 s is short)
+
+
+def start_bookies(
+    root: Path, uri: str, count: int, extra: tuple[str, ...] = ()
+) -> tuple[list[BookieChild], list[str]]:
+    children = [BookieChild(root / f"bookie-{n}", 0, uri, extra) for n in range(1, count + 1)]
+    try:
+        return children, [child.wait_serving(time.monotonic() + START_S) for child in children]
+    except BaseException:
+        stop_children(children)
+        raise
+
+
 def registered(uri: str) -> list[str]:
     with open_store(uri) as store:
         return Layout(store).bookies()
@@ -109,12 +123,12 @@ def run(shape: Shape) -> dict[str, Any]:
         root = Path(tmp)
         with open_store(uri) as store:
             Layout(store).init_cluster()
-        children, ids = start_children(root, uri, shape.bookies, 0)
+        children, ids = start_bookies(root, uri, shape.bookies)
         try:
             write_ledgers(uri, shape)
             spare = BookieChild(root / "bookie-spare", 0, uri)
             children.append(spare)
-            spare.wait_serving(time.monotonic() + 30)
+            spare.wait_serving(time.monotonic() + START_S)
             dead = children[0]
             dead.proc.send_signal(signal.SIGKILL)
             dead.proc.wait()

@@ -84,6 +84,10 @@ def recover(
     rate_mb_s: Annotated[
         float | None, typer.Option("--rate", min=0.1, help="Copy at most this many MB/s.")
     ] = None,
+    newest_first: Annotated[
+        bool,
+        typer.Option("--newest-first", help="Recover the highest (newest) ledger ids first, not the lowest."),
+    ] = False,
     force: Annotated[
         bool, typer.Option("--force", help="Recover a bookie that is still registered.")
     ] = False,
@@ -108,7 +112,14 @@ def recover(
     if not bookies:
         raise UsageError("name at least one failed bookie (host:port)")
     options = RecoveryOptions(
-        bookies, target, dry_run, ledger, parallel, skip_open, None if rate_mb_s is None else rate_mb_s * 1e6
+        bookies,
+        target,
+        dry_run,
+        ledger,
+        parallel,
+        skip_open,
+        None if rate_mb_s is None else rate_mb_s * 1e6,
+        newest_first=newest_first,
     )
     if not (yes or dry_run) and sys.stdin.isatty():
         confirm(

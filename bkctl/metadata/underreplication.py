@@ -238,6 +238,8 @@ class UnderreplicationLayout(LayoutBase):
         skip: Collection[int] = (),
         rng: random.Random | None = None,
         levels: UpperLevels | None = None,
+        *,
+        newest_first: bool = False,
     ) -> tuple[list[TakenMark], int]:
         """Lock up to `count` marks that no one holds: (the marks taken, the marks seen on the way).
 
@@ -246,10 +248,13 @@ class UnderreplicationLayout(LayoutBase):
         costs a listing per level on the way and two requests per mark taken (the lock, the mark's
         read), not a walk of every mark: that walk made each take cost as many requests as the backlog
         has marks. Marks in `skip` (this worker's own) and locked ones are passed over unread. `levels`
-        keeps the listings of the three upper levels a moment (they change once per 2^16 ledger ids)."""
+        keeps the listings of the three upper levels a moment (they change once per 2^16 ledger ids).
+        `newest_first`: the highest ids first (ledger ids grow with time: an active topic reads its
+        newest ledgers), not random; workers on many hosts then meet on the same marks, and each lock
+        lost costs a request."""
         if count <= 0:
             return [], 0
-        descent = _Descent(count, set(skip), rng or random.Random(), levels or UpperLevels(0.0))
+        descent = _Descent(count, set(skip), rng or random.Random(), levels or UpperLevels(0.0), newest_first)
         self._descend(self.ur_path(UR_LEDGERS), 0, 0, descent, holder)
         return descent.taken, descent.seen
 
@@ -259,8 +264,9 @@ class UnderreplicationLayout(LayoutBase):
             names = [n for n in self._children_or_none(path) or [] if _HEX4.fullmatch(n)]
             if depth < 3:
                 descent.levels.put(path, names)
-        names = list(names)
-        descent.rng.shuffle(names)
+        names = sorted(names, reverse=True) if descent.newest_first else list(names)
+        if not descent.newest_first:
+            descent.rng.shuffle(names)
         if depth == 3:
             descent.seen += len(names)
             if names and not descent.locks_listed:  # once per take, and only when there are marks
@@ -381,6 +387,7 @@ class _Descent:
     skip: set[int]
     rng: random.Random
     levels: UpperLevels
+    newest_first: bool
     taken: list[TakenMark] = field(default_factory=list)
     seen: int = 0
     locks_listed: bool = False

@@ -59,6 +59,7 @@ class RecoveryOptions:
     live: frozenset[tuple[str, int]] = frozenset()
     # the operator's password for the ledger (`ledger recover --password`); None: the stored one
     password: bytes | None = None
+    newest_first: bool = False  # highest ledger ids first (an active topic reads its newest ledgers)
 
 
 @dataclass
@@ -193,6 +194,7 @@ class BookieRecovery:
         *,
         known: dict[int, Versioned[LedgerMetadata]] | None = None,
         bookies: RegisteredBookies | None = None,
+        throttle: Throttle | None = None,
     ) -> None:
         self.client, self.options, self.progress = client, options, progress
         # metadata already read (the scan's, or a worker's of its one ledger): each ledger is opened
@@ -202,7 +204,8 @@ class BookieRecovery:
         self.failed = frozenset(options.failed)
         self.dead = self.failed - {bookie for bookie, _ in options.live}
         self.report = RecoveryReport(list(options.failed), options.target, options.dry_run)
-        self.throttle = Throttle(client.reactor, options.rate_bytes_per_s)
+        # a daemon's repairs share its throttle (its share of the cluster's budget)
+        self.throttle = throttle or Throttle(client.reactor, options.rate_bytes_per_s)
         self.stopping = False
 
     def stop(self) -> None:
@@ -220,7 +223,7 @@ class BookieRecovery:
         ids = [ledger_id for ledger_id, _ in named]
         self.report.ledgers_total = len(ids)
         self.progress(self.report)
-        queue = list(reversed(ids))
+        queue = sorted(ids, reverse=not self.options.newest_first)  # popped from the end
 
         async def worker() -> None:
             while queue and not self.stopping:

@@ -9,7 +9,7 @@ from bkctl.errors import UsageError
 from bkctl.model import DigestType
 from bkctl.recovery.auditor import AuditorConfig
 from bkctl.recovery.worker import WorkerConfig
-from bkctl.server.config import int_key
+from bkctl.server.config import bool_key, int_key
 
 DAY_S = 86_400
 INT_MAX = 2**31 - 1
@@ -51,6 +51,8 @@ def daemon_config(
         / ms,
         recovery_password=_password(properties.get("bookieRecoveryPasswd")),
         recovery_digest=DigestType.parse(properties.get("bookieRecoveryDigestType", "CRC32")),
+        replication_rate_bytes=get("replicationRateByBytes", -1, -1, 2**62),
+        newest_first=bool_key("replicationNewestFirst", properties.get("replicationNewestFirst", "false")),
     )
     return auditor, worker
 

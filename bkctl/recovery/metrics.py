@@ -23,6 +23,19 @@ COUNTERS = (
     ("replication_failures", "autorecovery_replication_failures_total", "counter", "Repairs that failed."),
     ("marks_dropped", "autorecovery_marks_dropped_total", "counter", "Marks of deleted ledgers dropped."),
     ("backlog", "autorecovery_underreplicated_ledgers", "gauge", "Marks seen on the worker's last walk."),
+    ("bytes_per_s", "autorecovery_bytes_per_second", "gauge", "Bytes copied per second (5 s window)."),
+    (
+        "ledgers_per_s",
+        "autorecovery_ledgers_per_second",
+        "gauge",
+        "Ledgers replicated per second (5 s window).",
+    ),
+    (
+        "rate_limit_bytes_per_s",
+        "autorecovery_rate_limit_bytes_per_second",
+        "gauge",
+        "This daemon's share of the cluster's copy budget (absent: no limit).",
+    ),
     ("audits", "autorecovery_audits_total", "counter", "Audits of lost bookies (auditor only)."),
     ("ledgers_marked", "autorecovery_ledgers_marked_total", "counter", "Ledgers marked (auditor only)."),
     ("audit_failures", "autorecovery_audit_failures_total", "counter", "Audits that failed (auditor only)."),
@@ -39,7 +52,7 @@ def daemon_lines(daemon: Any) -> Iterator[str]:
         "autorecovery_failing", "gauge", "Ledgers backing off after a failure.", len(status["failing"])
     )
     for key, name, kind, help_text in COUNTERS:
-        if key in status:
+        if status.get(key) is not None:
             yield from metric(name, kind, help_text, status[key])
 
 

@@ -21,7 +21,7 @@ from twisted.internet.defer import Deferred
 from bkctl.errors import NotFoundError
 from bkctl.recovery.bookie_recovery import BookieRecovery, RecoveryOptions, RegisteredBookies, admin_open
 from bkctl.recovery.checker import check_ledger
-from bkctl.recovery.replicator import format_ranges
+from bkctl.recovery.replicator import Throttle, format_ranges
 from bkctl.recovery.worker import RepairOutcome
 
 if TYPE_CHECKING:
@@ -34,6 +34,8 @@ class LedgerRepairer:
     def __init__(self, client: Client, local_bookie: str | None = None) -> None:
         self.client, self.local_bookie = client, local_bookie
         self.bookies = RegisteredBookies(client)  # shared by this worker's repairs
+        # every copy of this worker, together: its share of the cluster's replicationRateByBytes
+        self.throttle = Throttle(client.reactor, None)
 
     def repair(self, ledger_id: int, missing: tuple[str, ...]) -> Deferred[RepairOutcome]:
         return defer.ensureDeferred(self._repair(ledger_id, missing))
@@ -69,7 +71,10 @@ class LedgerRepairer:
             tuple(lost), target, ledger=ledger_id, parallel=1, skip_open=True, live=live
         )
         known_now = {ledger_id: known}
-        report = await BookieRecovery(self.client, options, known=known_now, bookies=self.bookies).run()
+        recovery = BookieRecovery(
+            self.client, options, known=known_now, bookies=self.bookies, throttle=self.throttle
+        )
+        report = await recovery.run()
         outcome = RepairOutcome(
             replicated=True, entries_copied=report.copied.entries, bytes_copied=report.copied.bytes
         )

@@ -54,7 +54,8 @@ class Repairer(Protocol):
 class WorkerConfig:
     """Java's keys where they exist: openLedgerRereplicationGracePeriod, rwRereplicateBackoffMs,
     lockReleaseOfFailedLedgerGracePeriod (the cap of the per-ledger backoff), bookieRecoveryPasswd and
-    bookieRecoveryDigestType (for ledgers whose metadata stores no password)."""
+    bookieRecoveryDigestType (for ledgers whose metadata stores no password), replicationRateByBytes
+    (for every daemon of the cluster together, not each one as Java's)."""
 
     parallel: int = 4
     poll_interval_s: float = 0.25  # an idle walk is one children() call: cheap, and marks start sooner
@@ -65,6 +66,9 @@ class WorkerConfig:
     backoff_max_s: float = 300.0
     recovery_password: bytes = b""
     recovery_digest: DigestType = DigestType.CRC32
+    # replicationRateByBytes: the cluster's copy budget (recovery.budget) until `autorecovery set-rate`
+    replication_rate_bytes: int | None = None
+    newest_first: bool = False  # take the highest ledger ids first (bkctl's replicationNewestFirst)
 
 
 @dataclass
@@ -178,7 +182,9 @@ class ReplicationWorker:
         enabled = self._enabled
         if not (self._layout.autorecovery_enabled() if enabled is None else enabled):
             return []
-        taken, seen = self._layout.take_underreplicated(free, self.worker_id, busy, self._rng, self._levels)
+        taken, seen = self._layout.take_underreplicated(
+            free, self.worker_id, busy, self._rng, self._levels, newest_first=self._config.newest_first
+        )
         self.stats.backlog = seen
         return taken
 

@@ -422,6 +422,17 @@ def test_take_locks_free_marks_by_a_random_descent(store_target: StoreTarget) ->
     assert layout.take_underreplicated(1, "w") == ([], 1)
 
 
+def test_take_newest_first_takes_the_highest_ids(store: MetadataStore) -> None:
+    layout = Layout(store)
+    for ledger_id in (3, 70_000, 9, (1 << 33) + 1, 5):
+        layout.mark_underreplicated(ledger_id, [B3])
+    order = []
+    for _ in range(5):
+        (mark,), _ = layout.take_underreplicated(1, "w", skip=order, newest_first=True)
+        order.append(mark.ledger_id)
+    assert order == [(1 << 33) + 1, 70_000, 9, 5, 3]
+
+
 def test_take_passes_over_a_mark_gone_after_the_listing_and_a_remark_survives(
     store_target: StoreTarget,
 ) -> None:
