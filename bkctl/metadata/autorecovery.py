@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 
 from bkctl.errors import NodeExistsError, NotFoundError, ProtocolError, UsageError
-from bkctl.metadata.nodes import INT_MAX, LayoutBase, ProblemSink, decode_node, log_problem
+from bkctl.metadata.nodes import COOKIES, INT_MAX, LayoutBase, ProblemSink, decode_node, log_problem
 from bkctl.protocol import metadata_format as mf
 
 UR_ELECTION = "auditorelection"
@@ -21,6 +21,10 @@ UR_DAEMONS = "bkctl-daemons"
 # bkctl's own: the copy budget of every autorecovery daemon together, bytes/s as decimal text; -1: no
 # limit (overriding the daemons' replicationRateByBytes); absent: the daemons' replicationRateByBytes
 UR_REPLICATION_RATE = "bkctl-replication-rate"
+# bkctl's own: per bookie, the creation zxid of its cookie as the auditor last audited it. A cookie made
+# again (`bookie format`, then a start on empty disks under the same id) has a new one: the bookie came
+# back empty, and the ledgers naming it are marked for a check and a refill.
+UR_COOKIE_GENERATIONS = "bkctl-cookie-generations"
 RATE_UNLIMITED = -1
 
 
@@ -140,6 +144,25 @@ class AutorecoveryLayout(LayoutBase):
             self.store.set(path, data)
         except NotFoundError:
             self.store.create(path, data, make_parents=True)
+
+    def cookie_generations(self, bookies: list[str]) -> dict[str, tuple[int, int | None]]:
+        """Bookie -> (its cookie's creation zxid now, the one last audited or None), for those with one."""
+        cookies = self.store.get_many([self.path(COOKIES, b) for b in bookies])
+        seen = self.store.get_many([self.ur_path(UR_COOKIE_GENERATIONS, b) for b in bookies])
+        found: dict[str, tuple[int, int | None]] = {}
+        for bookie, cookie, record in zip(bookies, cookies, seen, strict=True):
+            if cookie is not None:
+                text = (record[0] if record is not None else b"").decode("ascii", "replace").strip()
+                found[bookie] = (cookie[1].czxid, int(text) if text.isdigit() else None)
+        return found
+
+    def record_cookie_generation(self, bookie_id: str, czxid: int) -> None:
+        path, data = self.ur_path(UR_COOKIE_GENERATIONS, bookie_id), str(czxid).encode()
+        try:
+            self.store.set(path, data)
+        except NotFoundError:
+            with contextlib.suppress(NodeExistsError):
+                self.store.create(path, data, make_parents=True)
 
     def lost_bookie_recovery_delay(self) -> int | None:
         """Seconds an auditor waits before auditing a lost bookie; None if the node is absent."""

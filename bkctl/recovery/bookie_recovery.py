@@ -25,7 +25,7 @@ from twisted.internet import defer
 
 from bkctl.client import placement
 from bkctl.client.single_bookie import last_entry_on, read_from_bookie
-from bkctl.errors import BkctlError, NotFoundError, UsageError
+from bkctl.errors import BkctlError, NotFoundError, UnavailableError, UsageError
 from bkctl.metadata.nodes import Versioned
 from bkctl.model import LedgerMetadata
 from bkctl.recovery.checker import admin_open as admin_open  # re-exported: repair and commands use it here
@@ -332,7 +332,7 @@ class BookieRecovery:
             moves = [f for f in bad if f.segment == number]
             old = list(md.segments[number].ensemble)
             in_place = number == open_tail  # a writer's ensemble: its bookies get their entries back
-            targets = [f.bookie for f in moves] if in_place else self._targets(old, len(moves), available)
+            targets = [f.bookie for f in moves] if in_place else self._targets_or_back(old, moves, available)
             new = list(old)
             for fragment, target in zip(moves, targets, strict=True):
                 new[fragment.index] = target
@@ -342,6 +342,19 @@ class BookieRecovery:
             step = PlanStep(handle.ledger_id, number, first, end, old, new, entries, size)
             steps.append((step, list(zip(moves, targets, strict=True))))
         return steps
+
+    def _targets_or_back(
+        self, ensemble: Sequence[str], moves: list[Fragment], available: list[str]
+    ) -> list[str]:
+        """Placement's targets; when no other bookie can take the copies and every bookie to repair is
+        alive (back empty, or lacking entries), the copies go back to those bookies in place: the
+        ensemble stays as it is (a cluster of as many bookies as the ensemble has no other)."""
+        try:
+            return self._targets(ensemble, len(moves), available)
+        except UnavailableError:
+            if any(f.bookie in self.dead for f in moves):
+                raise
+            return [f.bookie for f in moves]
 
     def _targets(self, ensemble: Sequence[str], count: int, available: list[str]) -> list[str]:
         """The target for each failed place: the given one where it fits (not already in the ensemble,
