@@ -1,116 +1,196 @@
 """Autorecovery after a kill -9 (docs/commands/autorecovery.md): time to healed, with nothing typed.
 
-3 bookie processes, each with its autorecovery daemon (`bkctl bookie start --autorecovery`, SQLite
-metadata or, with `--metadata zk`, a ZooKeeper of its own with tickTime 1 s; session timeout 10 s as
-Java's), write LEDGERS closed ledgers (E=3, Qw=2, Qa=2); a spare fourth
-bookie (with its daemon) starts; lostBookieRecoveryDelay is 0; one of the three is killed -9. Measured
-from this process, polling the metadata every 50 ms: kill -> first under-replication mark -> healed (no
-mark left and no ensemble naming the dead bookie).
+BOOKIES bookie processes, each with its autorecovery daemon (`bkctl bookie start --autorecovery`,
+SQLite metadata or, with `--metadata zk`, a ZooKeeper of its own with tickTime 1 s; session timeout
+10 s as Java's), write LEDGERS closed ledgers (E=3, Qw=2, Qa=2); a spare bookie (with its daemon)
+starts; lostBookieRecoveryDelay is 0; one of them is killed -9. Measured from this process, polling the
+under-replication tree's root every 50 ms (one request): kill -> first mark -> healed (no mark left,
+then no ensemble naming the dead bookie). With ZooKeeper, its requests from the kill to healed (its
+`srvr` count, less this process's own polls) per ledger that named the dead bookie. `--stack java`:
+the same with Java BookKeeper 4.14.8 bookies (autoRecoveryDaemonEnabled; $BKJAVA, default /tmp/bkjava),
+the same ledgers written by bkctl's client.
 
     python benchmarks/autorecovery.py                        # 64 KiB and 1 KiB entries, 20 ledgers
     python benchmarks/autorecovery.py --metadata zk          # the same on ZooKeeper
+    python benchmarks/autorecovery.py --metadata zk --entry-size 1024 --ledgers 2000 --entries 30
+    python benchmarks/autorecovery.py --metadata zk --entry-size 1024 --ledgers 2000 --entries 30 --stack java
+    python benchmarks/autorecovery.py --metadata zk --entry-size 65536 --ledgers 40 --entries 100 --rate 5M
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks.recover import bkctl, main_of, write_ledgers  # noqa: E402
-from bkctl.commands.sandbox_procs import BookieChild, start_children, stop_children  # noqa: E402
+from benchmarks.recover import (  # noqa: E402
+    START_S,
+    Shape,
+    bkctl,
+    main_of,
+    metadata_uri,
+    start_bookies,
+    write_ledgers,
+    zk_requests,
+)
+from bkctl.commands.autorecovery import parse_rate  # noqa: E402
+from bkctl.commands.sandbox_procs import BookieChild, stop_children  # noqa: E402
 from bkctl.metadata.layout import Layout  # noqa: E402
 from bkctl.metadata.stores import open_store  # noqa: E402
-from bkctl.metadata.zk_server import ZooKeeperServer  # noqa: E402
 
 DAEMON = ("--autorecovery",)
-LIMIT_S = 600.0
+LIMIT_S = 900.0
+POLL_S = 0.05
+JAVA_KEYS = {"autoRecoveryDaemonEnabled": "true", "lostBookieRecoveryDelay": "0", "zkTimeout": "10000"}
 
 
-def state(layout: Layout, dead: str) -> tuple[int, int]:
-    """(marks, ledgers whose ensembles name the dead bookie)."""
-    marks = sum(1 for _ in layout.underreplicated_ids())
-    named = sum(
+def naming(layout: Layout, dead: str) -> int:
+    """Ledgers whose ensembles name the dead bookie."""
+    return sum(
         1
         for _, md in layout.read_ledgers(layout.ledger_ids())
         if any(dead in segment.ensemble for segment in md.segments)
     )
-    return marks, named
 
 
-ZK_TICK_MS = 1000  # sessions of 2-20 s: the bookies' 10 s is granted as asked
+class Observer:
+    """Polls the under-replication tree's root (the levels are pruned as marks go): one request a poll,
+    counted so that the ZooKeeper figure leaves them out."""
+
+    def __init__(self, layout: Layout, zk: Any) -> None:
+        self.layout, self.zk, self.requests = layout, zk, 0
+
+    def marked(self) -> bool:
+        self.requests += 1
+        return bool(self.layout._children_or_none(self.layout.ur_path("ledgers")))
+
+    def healed(self, dead: str) -> bool:
+        before = zk_requests(self.zk)
+        named = naming(self.layout, dead)
+        self.requests += zk_requests(self.zk) - before
+        return named == 0
 
 
-@contextmanager
-def metadata_uri(kind: str, root: Path) -> Iterator[str]:
-    if kind == "sqlite":
-        yield f"sqlite://{root / 'metadata.db'}"
-        return
-    with ZooKeeperServer(tick_ms=ZK_TICK_MS) as server:
-        yield server.hosts
-
-
-def run(size: int, ledgers: int, total_mb: float, metadata: str = "sqlite") -> dict[str, Any]:
-    with (
-        tempfile.TemporaryDirectory(dir=REPO / "benchmarks") as tmp,
-        metadata_uri(metadata, Path(tmp)) as uri,
-    ):
-        root = Path(tmp)
+class BkctlStack:
+    def __init__(self, root: Path, uri: str, bookies: int) -> None:
+        self.root, self.uri = root, uri
         with open_store(uri) as store:
             Layout(store).init_cluster()
             Layout(store).set_lost_bookie_recovery_delay(0)
-        children, ids = start_children(root, uri, 3, 0, DAEMON)
+        self.children, self.ids = start_bookies(root, uri, bookies, DAEMON)
+
+    def add_spare(self) -> None:
+        spare = BookieChild(self.root / "bookie-spare", 0, self.uri, DAEMON)
+        self.children.append(spare)
+        spare.wait_serving(time.monotonic() + START_S)
+
+    def kill_first(self) -> None:
+        self.children[0].proc.send_signal(signal.SIGKILL)
+
+    def copied(self) -> float | None:
+        time.sleep(2.5)  # the daemons publish their status every 2 s
+        status = json.loads(bkctl(self.uri, "autorecovery", "status", "-o", "json").stdout)
+        return sum(d.get("bytes_copied", 0) for d in status["daemons"]) / 1e6
+
+    def stop(self) -> None:
+        stop_children(self.children)
+
+
+class JavaStack:
+    def __init__(self, root: Path, uri: str, bookies: int) -> None:
+        from benchmarks.java_cluster import JavaBookie, metaformat
+
+        self.root, self.uri, self._bookie = root, uri, JavaBookie
+        metaformat(root, uri)
+        self.children = [JavaBookie(root / f"java-{n}", uri, JAVA_KEYS) for n in range(bookies)]
+        self.ids = [child.wait_registered(uri) for child in self.children]
+        with open_store(uri) as store:
+            Layout(store).set_lost_bookie_recovery_delay(0)
+
+    def add_spare(self) -> None:
+        spare = self._bookie(self.root / "java-spare", self.uri, JAVA_KEYS)
+        self.children.append(spare)
+        spare.wait_registered(self.uri)
+
+    def kill_first(self) -> None:
+        self.children[0].proc.send_signal(signal.SIGKILL)
+
+    def copied(self) -> float | None:
+        return None  # Java's daemons publish no status
+
+    def stop(self) -> None:
+        for child in self.children:
+            child.stop()
+
+
+def run(shape: Shape, stack_name: str = "bkctl", rate: int | None = None) -> dict[str, Any]:
+    with (
+        tempfile.TemporaryDirectory(dir="/tmp", prefix="bkctl-autorecovery-") as tmp,
+        metadata_uri(shape.metadata, Path(tmp)) as (uri, zk),
+    ):
+        root = Path(tmp)
+        stack = (JavaStack if stack_name == "java" else BkctlStack)(root, uri, shape.bookies)
         try:
-            write_ledgers(uri, ledgers, size, total_mb)
-            spare = BookieChild(root / "bookie-spare", 0, uri, DAEMON)
-            children.append(spare)
-            spare.wait_serving(time.monotonic() + 30)
+            write_ledgers(uri, shape)
+            stack.add_spare()
             with open_store(uri) as store:
-                layout = Layout(store)
-                killed = time.monotonic()
-                children[0].proc.send_signal(signal.SIGKILL)
-                first_mark = None
+                if rate is not None:  # `bkctl autorecovery set-rate`: the daemons' budget together
+                    Layout(store).set_replication_rate(rate)
+                observer = Observer(Layout(store), zk)
+                to_heal = naming(observer.layout, stack.ids[0])
+                killed, requests_at_kill = time.monotonic(), zk_requests(zk)
+                stack.kill_first()
+                first_mark = requests_at_mark = None
                 while time.monotonic() - killed < LIMIT_S:
-                    marks, named = state(layout, ids[0])
-                    if marks and first_mark is None:
-                        first_mark = time.monotonic()
-                    if not marks and not named:
+                    if observer.marked():
+                        if first_mark is None:
+                            first_mark, requests_at_mark = time.monotonic(), zk_requests(zk)
+                            requests_at_mark -= observer.requests
+                    elif first_mark is not None and observer.healed(stack.ids[0]):
                         break
-                    time.sleep(0.05)
-                healed = time.monotonic()
-            time.sleep(2.5)  # the daemons publish their status every 2 s
-            status = json.loads(bkctl(uri, "autorecovery", "status", "-o", "json").stdout)
+                    time.sleep(POLL_S)
+                healed, requests = time.monotonic(), zk_requests(zk) - requests_at_kill - observer.requests
+                after_mark = zk_requests(zk) - observer.requests - (requests_at_mark or 0)
+            copied = stack.copied()
         finally:
-            stop_children(children)
-    copied = sum(d.get("bytes_copied", 0) for d in status["daemons"])
+            stack.stop()
     mark_to_healed = healed - (first_mark or healed)
     return {
-        "metadata": metadata,
-        "entry_size": size,
-        "ledgers": ledgers,
-        "mb_copied": round(copied / 1e6, 1),
+        "stack": stack_name,
+        "metadata": shape.metadata,
+        "entry_size": shape.entry_size,
+        "ledgers": shape.ledgers,
+        "entries_per_ledger": shape.entries,
+        "bookies": shape.bookies,
+        "ledgers_to_heal": to_heal,
+        "mb_copied": None if copied is None else round(copied, 1),
         "kill_to_healed_s": round(healed - killed, 2),
         "mark_to_healed_s": round(mark_to_healed, 2),
-        "mb_per_s_after_mark": round(copied / 1e6 / mark_to_healed, 1) if mark_to_healed > 0 else None,
+        "ledgers_per_s_after_mark": round(to_heal / mark_to_healed, 1) if mark_to_healed > 0 else None,
+        "rate_set_mb_s": None if rate is None else rate / 1e6,
+        "mb_per_s_after_mark": round(copied / mark_to_healed, 2) if copied and mark_to_healed > 0 else None,
+        "zk_requests_per_ledger": round(requests / max(1, to_heal), 1) if zk else None,
+        "zk_requests_per_ledger_after_mark": round(after_mark / max(1, to_heal), 1) if zk else None,
     }
 
 
 def main() -> None:
-    # --metadata is ours; the rest is the command line shared with benchmarks/recover.py.
+    # --stack is ours; the rest is the command line shared with benchmarks/recover.py.
+    import argparse
+
     parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--metadata", choices=("sqlite", "zk"), default="sqlite")
+    parser.add_argument("--stack", choices=("bkctl", "java"), default="bkctl")
+    parser.add_argument("--rate", help="the cluster's copy budget (autorecovery set-rate), e.g. 5M")
     known, sys.argv[1:] = parser.parse_known_args()
-    main_of(lambda size, ledgers, total_mb: run(size, ledgers, total_mb, known.metadata), __doc__ or "")
+    rate = None if known.rate is None else parse_rate(known.rate)
+    main_of(lambda shape: run(shape, known.stack, rate), __doc__ or "")
 
 
 if __name__ == "__main__":

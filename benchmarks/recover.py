@@ -8,6 +8,7 @@ bookies together, over the same interval.
 
     python benchmarks/recover.py                          # 64 KiB and 1 KiB entries, 20 ledgers
     python benchmarks/recover.py --sizes 1024 --ledgers 200 --mb 130
+    python benchmarks/recover.py --entry-size 1024 --ledgers 10000 --entries 20 --bookies 4
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -28,9 +32,10 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from benchmarks.cluster_write import cpu_s  # noqa: E402
-from bkctl.commands.sandbox_procs import BookieChild, start_children, stop_children  # noqa: E402
+from bkctl.commands.sandbox_procs import BookieChild, stop_children  # noqa: E402
 from bkctl.metadata.layout import Layout  # noqa: E402
 from bkctl.metadata.stores import open_store  # noqa: E402
+from bkctl.metadata.zk_server import ZooKeeperServer, four_letter_word  # noqa: E402
 
 BKCTL = [sys.executable, "-m", "bkctl"]
 
@@ -40,12 +45,47 @@ def bkctl(uri: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*BKCTL, *args], capture_output=True, text=True, env=env, cwd=REPO, check=False)
 
 
-def write_ledgers(uri: str, ledgers: int, size: int, total_mb: float) -> None:
-    """`ledgers` closed ledgers (E3/Qw2/Qa2) of `size`-byte entries, `total_mb` MB in all."""
-    entries = max(1, int(total_mb * 1e6 / size / ledgers))
-    for _ in range(ledgers):
-        done = bkctl(uri, "ledger", "write", "--entries", str(entries), "--size", str(size), "-o", "json")
+@dataclass(frozen=True)
+class Shape:
+    """What a run writes: `ledgers` closed ledgers (E3/Qw2/Qa2) of `entry_size`-byte entries, either
+    `entries` each (written many at once by ledger_fill.py) or `total_mb` MB in all (one `bkctl ledger
+    write` per ledger, as the first runs); on `bookies` bookies, one of which is killed."""
+
+    entry_size: int
+    ledgers: int
+    total_mb: float
+    entries: int | None = None
+    bookies: int = 3
+    metadata: str = "sqlite"  # or "zk"
+
+
+def write_ledgers(uri: str, shape: Shape) -> None:
+    if shape.entries is not None:
+        fill = [sys.executable, str(REPO / "benchmarks" / "ledger_fill.py"), uri]
+        sizes = ["--ledgers", str(shape.ledgers), "--entries", str(shape.entries)]
+        sizes += ["--entry-size", str(shape.entry_size)]
+        done = subprocess.run([*fill, *sizes], capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return
+    entries = max(1, int(shape.total_mb * 1e6 / shape.entry_size / shape.ledgers))
+    for _ in range(shape.ledgers):
+        size = str(shape.entry_size)
+        done = bkctl(uri, "ledger", "write", "--entries", str(entries), "--size", size, "-o", "json")
         assert done.returncode == 0, done.stderr
+
+
+START_S = 180.0  # a bookie starting on a machine at load 40 (sandbox_procs' 30 s is short)
+
+
+def start_bookies(
+    root: Path, uri: str, count: int, extra: tuple[str, ...] = ()
+) -> tuple[list[BookieChild], list[str]]:
+    children = [BookieChild(root / f"bookie-{n}", 0, uri, extra) for n in range(1, count + 1)]
+    try:
+        return children, [child.wait_serving(time.monotonic() + START_S) for child in children]
+    except BaseException:
+        stop_children(children)
+        raise
 
 
 def registered(uri: str) -> list[str]:
@@ -53,18 +93,42 @@ def registered(uri: str) -> list[str]:
         return Layout(store).bookies()
 
 
-def run(size: int, ledgers: int, total_mb: float) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(dir=REPO / "benchmarks") as tmp:
+ZK_TICK_MS = 1000  # sessions of 2-20 s: the bookies' 10 s is granted as asked
+
+
+@contextmanager
+def metadata_uri(kind: str, root: Path) -> Iterator[tuple[str, ZooKeeperServer | None]]:
+    """The run's metadata store: a SQLite file, or a ZooKeeper of its own (its requests counted)."""
+    if kind == "sqlite":
+        yield f"sqlite://{root / 'metadata.db'}", None
+        return
+    with ZooKeeperServer(tick_ms=ZK_TICK_MS) as server:
+        yield server.hosts, server
+
+
+def zk_requests(server: ZooKeeperServer | None) -> int:
+    """Requests ZooKeeper received so far (`srvr`'s Received: pings included, a few per session per
+    10 s); 0 without one."""
+    if server is None:
+        return 0
+    found = re.search(r"Received: (\d+)", four_letter_word(server.port, "srvr"))
+    return int(found.group(1)) if found else 0
+
+
+def run(shape: Shape) -> dict[str, Any]:
+    with (
+        tempfile.TemporaryDirectory(dir=REPO / "benchmarks") as tmp,
+        metadata_uri(shape.metadata, Path(tmp)) as (uri, zk),
+    ):
         root = Path(tmp)
-        uri = f"sqlite://{root / 'metadata.db'}"
         with open_store(uri) as store:
             Layout(store).init_cluster()
-        children, ids = start_children(root, uri, 3, 0)
+        children, ids = start_bookies(root, uri, shape.bookies)
         try:
-            write_ledgers(uri, ledgers, size, total_mb)
+            write_ledgers(uri, shape)
             spare = BookieChild(root / "bookie-spare", 0, uri)
             children.append(spare)
-            spare.wait_serving(time.monotonic() + 30)
+            spare.wait_serving(time.monotonic() + START_S)
             dead = children[0]
             dead.proc.send_signal(signal.SIGKILL)
             dead.proc.wait()
@@ -72,7 +136,7 @@ def run(size: int, ledgers: int, total_mb: float) -> dict[str, Any]:
                 time.sleep(0.2)
             survivors = [c.proc.pid for c in children[1:]]
             before = sum(cpu_s(pid) for pid in survivors)
-            started = time.monotonic()
+            started, requests = time.monotonic(), zk_requests(zk)
             proc = subprocess.Popen(
                 [*BKCTL, "recover", uri, ids[0], "-o", "json"], stdout=subprocess.PIPE, text=True, cwd=REPO
             )
@@ -81,12 +145,14 @@ def run(size: int, ledgers: int, total_mb: float) -> dict[str, Any]:
             assert proc.stdout is not None
             report = json.loads(proc.stdout.read())
             bookies_cpu = sum(cpu_s(pid) for pid in survivors) - before
+            requests = zk_requests(zk) - requests
         finally:
             stop_children(children)
     copied = report["bytes_copied"]
     return {
-        "entry_size": size,
-        "ledgers": ledgers,
+        "entry_size": shape.entry_size,
+        "ledgers": shape.ledgers,
+        "bookies": shape.bookies,
         "entries_copied": report["entries_copied"],
         "mb_copied": round(copied / 1e6, 1),
         "seconds": round(seconds, 2),
@@ -95,20 +161,29 @@ def run(size: int, ledgers: int, total_mb: float) -> dict[str, Any]:
         "recover_cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
         "bookies_cpu_s": round(bookies_cpu, 2),
         "unrecoverable": len(report["ledgers_unrecoverable"]),
+        "metadata": shape.metadata,
+        "zk_requests_per_ledger": round(requests / max(1, report["ledgers_total"]), 1) if zk else None,
     }
 
 
-def main_of(run_one: Callable[[int, int, float], dict[str, Any]], doc: str) -> None:
+def main_of(run_one: Callable[[Shape], dict[str, Any]], doc: str) -> None:
     """The command line of this benchmark and of autorecovery.py: one JSON line per entry size."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--sizes", default="65536,1024", help="entry sizes, comma-separated")
+    parser.add_argument("--entry-size", type=int, help="one entry size (instead of --sizes)")
     parser.add_argument("--ledgers", type=int, default=20)
+    parser.add_argument("--entries", type=int, help="entries per ledger (else from --mb)")
+    parser.add_argument("--bookies", type=int, default=3, help="bookies holding the data (a spare joins)")
     parser.add_argument("--mb", type=float, default=0, help="MB written in all (default: as Java's run)")
+    parser.add_argument("--metadata", choices=("sqlite", "zk"), default="sqlite")
     args = parser.parse_args()
-    for size in (int(s) for s in args.sizes.split(",")):
+    sizes = [args.entry_size] if args.entry_size else [int(s) for s in args.sizes.split(",")]
+    for size in sizes:
         # Java's run: 716 MB copied at 64 KiB, 133 MB at 1 KiB; written = copied * 3 / 2 (Qw 2 of E 3).
         total = args.mb or (1074 if size >= 65536 else 200)
-        print(json.dumps(run_one(size, args.ledgers, total)), flush=True)
+        shape = Shape(size, args.ledgers, total, args.entries, args.bookies, args.metadata)
+        result = run_one(shape) | {"load": os.getloadavg()[0]}
+        print(json.dumps(result), flush=True)
 
 
 def main() -> None:

@@ -45,6 +45,8 @@ from bkctl.tls import TlsSettings
 log = logging.getLogger(__name__)
 
 RC_TIMEOUT = -1001  # format fact
+# A bookie found not registered is looked up again after this long, not at every ledger naming it
+UNREGISTERED_RECHECK_S = 1.0  # local bound
 RC_UNAVAILABLE = -1002
 
 Callback = Callable[[int, bytes], None]
@@ -210,6 +212,7 @@ class BookieClient:
         self._address: tuple[str, int] | None = address or _address(bookie_id)
         self._resolver = None if address is not None else resolver
         self._resolved = False
+        self._unregistered_at = -UNREGISTERED_RECHECK_S  # when a lookup last found no registration
         self._connection: _Connection | None = None
         self._connecting = False
         self._closed = False
@@ -494,6 +497,8 @@ class BookieClient:
         """Look up the bookie's registered address unless known since the last connection failure."""
         if self._resolver is None or self._resolved:
             return defer.succeed(None)
+        if self._reactor.seconds() - self._unregistered_at < UNREGISTERED_RECHECK_S:
+            return defer.succeed(None)  # a lost bookie is in every ledger a recovery opens
         resolving = self._resolver(self.bookie_id)
         resolving.addTimeout(self._connect_timeout_s, self._reactor)
         return resolving.addCallbacks(self._resolved_to, self._resolve_failed)
@@ -501,6 +506,8 @@ class BookieClient:
     def _resolved_to(self, registered: tuple[str, int] | None) -> None:
         if registered is not None:
             self._address, self._resolved = registered, True
+        else:
+            self._unregistered_at = self._reactor.seconds()
 
     def _resolve_failed(self, reason: Failure) -> None:
         # The registration cannot be read (metadata store down): the last known address, if any.

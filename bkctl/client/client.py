@@ -21,6 +21,7 @@ from bkctl.client.ledger import LedgerHandle
 from bkctl.client.recovery import recover
 from bkctl.errors import UnauthorizedError, UsageError
 from bkctl.metadata.layout import Layout
+from bkctl.metadata.nodes import Versioned
 from bkctl.model import DigestType, LedgerMetadata, LedgerState, Segment
 from bkctl.tls import TlsSettings, client_settings_from_env
 
@@ -155,6 +156,7 @@ class Client:
         *,
         recovery: bool = True,
         digest: DigestType | None = None,
+        known: Versioned[LedgerMetadata] | None = None,
     ) -> Deferred[LedgerHandle]:
         """A read-only handle. With `recovery` an open ledger is fenced, recovered and closed first;
         without, the handle reads up to the last add confirmed the bookies report (never fences).
@@ -163,13 +165,20 @@ class Client:
         and digest the metadata stores (format v3 stores them), else with the client's
         `recovery_password` and `recovery_digest` ("" and CRC32 by default, as Java's
         bookieRecoveryPasswd / bookieRecoveryDigestType). A given password must match a stored one
-        (UnauthorizedError, exit 9)."""
-        return defer.ensureDeferred(self._open(ledger_id, password, recovery, digest))
+        (UnauthorizedError, exit 9). `known`: the ledger's metadata as just read by the caller (a
+        recovery's scan), used instead of reading it again; a stale one fails its first update's
+        compare-and-set, which reads it again."""
+        return defer.ensureDeferred(self._open(ledger_id, password, recovery, digest, known))
 
     async def _open(
-        self, ledger_id: int, password: bytes | None, recovery: bool, digest: DigestType | None
+        self,
+        ledger_id: int,
+        password: bytes | None,
+        recovery: bool,
+        digest: DigestType | None,
+        known: Versioned[LedgerMetadata] | None = None,
     ) -> LedgerHandle:
-        versioned = await self.in_thread(self.layout.read_ledger, ledger_id)
+        versioned = known if known is not None else await self.in_thread(self.layout.read_ledger, ledger_id)
         md = versioned.value
         administrative_default = password is None and md.password is None
         fallback = DigestType.CRC32

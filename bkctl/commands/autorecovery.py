@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import socket
 from pathlib import Path
 from typing import Annotated, Any
@@ -14,10 +15,11 @@ import typer
 from bkctl.commands.options import MetadataOption, Problems, open_layout
 from bkctl.commands.output import OutputOption, message, resolve, write_mapping
 from bkctl.commands.running import run_until_stopped
-from bkctl.errors import BkctlError, NotFoundError
+from bkctl.errors import BkctlError, NotFoundError, UsageError
+from bkctl.metadata.autorecovery import RATE_UNLIMITED
 
 app = typer.Typer(
-    help="Autorecovery: status, enable/disable, auditor, lost bookie delay.", no_args_is_help=True
+    help="Autorecovery: status, enable/disable, auditor, lost bookie delay, copy rate.", no_args_is_help=True
 )
 
 
@@ -40,8 +42,10 @@ def status(metadata: MetadataOption = None, output: OutputOption = None) -> None
         document: dict[str, Any] = {"enabled": layout.autorecovery_enabled()}
         document.update(auditor_fields(layout, problems))
         document["lost_bookie_recovery_delay_s"] = layout.lost_bookie_recovery_delay()
+        document["replication_rate_bytes_per_s"] = layout.replication_rate()
         entries = list(layout.underreplicated_ledgers(problems))
         statuses = layout.daemon_statuses()
+        bytes_left = estimated_bytes_left(layout, entries)
     document["underreplicated_count"] = len(entries)
     document["being_replicated"] = [
         {"ledger_id": e.ledger_id, "replication_worker": e.replication_worker}
@@ -49,8 +53,36 @@ def status(metadata: MetadataOption = None, output: OutputOption = None) -> None
         if e.replication_worker is not None
     ]
     document["daemons"] = daemon_documents(statuses, problems)
+    document.update(progress_fields(len(entries), bytes_left, document["daemons"]))
     write_mapping(document, fmt)
     problems.raise_if_any()
+
+
+def estimated_bytes_left(layout: Any, entries: list[Any]) -> int:
+    """What the marks still ask to copy: for each marked ledger, each replica it lost held about the
+    ledger's length x write quorum / ensemble size (an open ledger counts what it has so far)."""
+    replicas = {e.ledger_id: len(e.mark.replicas) for e in entries}
+    total = 0.0
+    for ledger_id, md in layout.read_ledgers(replicas):
+        total += md.length * md.write_quorum / max(1, md.ensemble_size) * replicas[ledger_id]
+    return round(total)
+
+
+def progress_fields(ledgers_left: int, bytes_left: int, daemons: list[dict[str, Any]]) -> dict[str, Any]:
+    """The daemons' rates together and the time left at them: the slower of the bytes and the ledgers
+    (many small ledgers are bound by the work per ledger, not by bytes)."""
+    bytes_per_s = sum(float(d.get("bytes_per_s") or 0) for d in daemons)
+    ledgers_per_s = sum(float(d.get("ledgers_per_s") or 0) for d in daemons)
+    times = [
+        left / rate for left, rate in ((bytes_left, bytes_per_s), (ledgers_left, ledgers_per_s)) if rate > 0
+    ]
+    eta = None if not ledgers_left else (round(max(times)) if times else None)
+    return {
+        "bytes_left": bytes_left,
+        "bytes_per_s": round(bytes_per_s),
+        "ledgers_per_s": round(ledgers_per_s, 1),
+        "eta_s": eta,
+    }
 
 
 def daemon_documents(statuses: dict[str, bytes], problems: Problems) -> list[dict[str, Any]]:
@@ -115,6 +147,49 @@ def lost_bookie_recovery_delay(
             message(f"lostBookieRecoveryDelay set to {set_s} s")
         value = layout.lost_bookie_recovery_delay()
     write_mapping({"lost_bookie_recovery_delay_s": value}, fmt)
+
+
+@app.command("set-rate")
+def set_rate(
+    rate: Annotated[
+        str,
+        typer.Argument(
+            help="Bytes/s for every daemon together: 5M, 500K, 1G, 2000000, or unlimited (K/M/G: 10^3/6/9)."
+        ),
+    ],
+    metadata: MetadataOption = None,
+    output: OutputOption = None,
+) -> None:
+    """Set the cluster's copy budget (replicationRateByBytes for all autorecovery daemons together):
+    each running daemon copies at most its share (the rate over the daemons running), at once."""
+    fmt = resolve(output)
+    bytes_per_s = parse_rate(rate)
+    with open_layout(metadata) as layout:
+        layout.set_replication_rate(bytes_per_s)
+        value = layout.replication_rate()
+    message(f"replication rate set to {rate_text(value)}")
+    write_mapping({"replication_rate_bytes_per_s": value}, fmt)
+
+
+_RATE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmg]?)(?:b(?:/s)?)?", re.IGNORECASE)
+_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9}
+
+
+def parse_rate(text: str) -> int:
+    """`5M` -> 5,000,000 bytes/s; `unlimited` -> RATE_UNLIMITED; UsageError otherwise."""
+    if text.strip().lower() in ("unlimited", "none", "off"):
+        return RATE_UNLIMITED
+    found = _RATE.fullmatch(text.strip())
+    value = 0 if found is None else round(float(found.group(1)) * _UNITS[found.group(2).lower()])
+    if found is None or value < 1:
+        raise UsageError(f"rate {text!r}: give bytes/s as 5M, 500K, 1G, 2000000 or unlimited")
+    return value
+
+
+def rate_text(value: int | None) -> str:
+    if value is None:
+        return "not set (each daemon's replicationRateByBytes)"
+    return "unlimited" if value == RATE_UNLIMITED else f"{value:,} B/s"
 
 
 @app.command("trigger-audit")

@@ -86,6 +86,10 @@ def recover(
     rate_mb_s: Annotated[
         float | None, typer.Option("--rate", min=0.1, help="Copy at most this many MB/s.")
     ] = None,
+    newest_first: Annotated[
+        bool,
+        typer.Option("--newest-first", help="Recover the highest (newest) ledger ids first, not the lowest."),
+    ] = False,
     force: Annotated[
         bool,
         typer.Option(
@@ -139,6 +143,7 @@ def recover(
         skip_open,
         None if rate_mb_s is None else rate_mb_s * 1e6,
         force=force,
+        newest_first=newest_first,
     )
     if not (yes or dry_run) and sys.stdin.isatty():
         confirm(

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 
 from bkctl.errors import NodeExistsError, NotFoundError, ProtocolError, UsageError
-from bkctl.metadata.nodes import INT_MAX, LayoutBase, ProblemSink, decode_node, log_problem
+from bkctl.metadata.nodes import COOKIES, INT_MAX, LayoutBase, ProblemSink, decode_node, log_problem
 from bkctl.protocol import metadata_format as mf
 
 UR_ELECTION = "auditorelection"
@@ -18,6 +18,14 @@ VOTE_PREFIX = "V_"
 # bkctl's own: each autorecovery daemon's status (JSON, ephemeral). Java reads only the nodes above and
 # `ledgers`/`locks`, so an extra child of `underreplication` is invisible to it.
 UR_DAEMONS = "bkctl-daemons"
+# bkctl's own: the copy budget of every autorecovery daemon together, bytes/s as decimal text; -1: no
+# limit (overriding the daemons' replicationRateByBytes); absent: the daemons' replicationRateByBytes
+UR_REPLICATION_RATE = "bkctl-replication-rate"
+# bkctl's own: per bookie, the creation zxid of its cookie as the auditor last audited it. A cookie made
+# again (`bookie format`, then a start on empty disks under the same id) has a new one: the bookie came
+# back empty, and the ledgers naming it are marked for a check and a refill.
+UR_COOKIE_GENERATIONS = "bkctl-cookie-generations"
+RATE_UNLIMITED = -1
 
 
 def parse_vote_seq(name: str) -> int | None:
@@ -117,6 +125,45 @@ class AutorecoveryLayout(LayoutBase):
             return False
         return True
 
+    def replication_rate(self) -> int | None:
+        """The cluster's copy budget in bytes/s (RATE_UNLIMITED: none), or None if never set."""
+        data = self._data_or_none(self.ur_path(UR_REPLICATION_RATE))
+        return None if data is None else self.decode_replication_rate(data)
+
+    def decode_replication_rate(self, data: bytes) -> int:
+        """The node's bytes/s; CorruptDataError naming it when it is not a rate."""
+        path = self.ur_path(UR_REPLICATION_RATE)
+        return decode_node(path, data, _decode_rate, "bad replication rate: ")
+
+    def set_replication_rate(self, bytes_per_s: int) -> None:
+        """Write the cluster's copy budget (RATE_UNLIMITED: none); the daemons watch it."""
+        if bytes_per_s != RATE_UNLIMITED and not 1 <= bytes_per_s <= 2**62:
+            raise UsageError(f"replication rate {bytes_per_s} B/s: must be positive")
+        path, data = self.ur_path(UR_REPLICATION_RATE), str(bytes_per_s).encode()
+        try:
+            self.store.set(path, data)
+        except NotFoundError:
+            self.store.create(path, data, make_parents=True)
+
+    def cookie_generations(self, bookies: list[str]) -> dict[str, tuple[int, int | None]]:
+        """Bookie -> (its cookie's creation zxid now, the one last audited or None), for those with one."""
+        cookies = self.store.get_many([self.path(COOKIES, b) for b in bookies])
+        seen = self.store.get_many([self.ur_path(UR_COOKIE_GENERATIONS, b) for b in bookies])
+        found: dict[str, tuple[int, int | None]] = {}
+        for bookie, cookie, record in zip(bookies, cookies, seen, strict=True):
+            if cookie is not None:
+                text = (record[0] if record is not None else b"").decode("ascii", "replace").strip()
+                found[bookie] = (cookie[1].czxid, int(text) if text.isdigit() else None)
+        return found
+
+    def record_cookie_generation(self, bookie_id: str, czxid: int) -> None:
+        path, data = self.ur_path(UR_COOKIE_GENERATIONS, bookie_id), str(czxid).encode()
+        try:
+            self.store.set(path, data)
+        except NotFoundError:
+            with contextlib.suppress(NodeExistsError):
+                self.store.create(path, data, make_parents=True)
+
     def lost_bookie_recovery_delay(self) -> int | None:
         """Seconds an auditor waits before auditing a lost bookie; None if the node is absent."""
         path = self.ur_path(UR_LOST_BOOKIE_RECOVERY_DELAY)
@@ -155,3 +202,10 @@ class AutorecoveryLayout(LayoutBase):
                 self.store.create(path, data, make_parents=True)
                 return
         self.store.set(path, data)
+
+
+def _decode_rate(data: bytes) -> int:
+    text = data.decode("ascii", "replace").strip()
+    if not text.lstrip("-").isdigit() or (int(text) < 1 and int(text) != RATE_UNLIMITED):
+        raise ProtocolError(f"{text[:40]!r} is not a rate in bytes/s")
+    return int(text)

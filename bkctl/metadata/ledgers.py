@@ -291,6 +291,14 @@ class LedgersLayout(LayoutBase):
         READ_BATCH ids at a time go to one `store.get_many` (pipelined on ZooKeeper, a query per chunk
         on SQLite), so memory stays bounded however many ids come.
         """
+        for ledger_id, versioned in self.read_ledgers_versioned(ledger_ids, on_problem):
+            yield ledger_id, versioned.value
+
+    def read_ledgers_versioned(
+        self, ledger_ids: Iterable[int], on_problem: ProblemSink = log_problem
+    ) -> Iterator[tuple[int, Versioned[LedgerMetadata]]]:
+        """`read_ledgers` with each node's version: a recovery that scanned them opens and updates
+        them from these, without reading each one again."""
         batch: list[int] = []
         for ledger_id in ledger_ids:
             batch.append(ledger_id)
@@ -299,13 +307,15 @@ class LedgersLayout(LayoutBase):
                 batch = []
         yield from self._read_batch(batch, on_problem)
 
-    def _read_batch(self, ids: list[int], on_problem: ProblemSink) -> Iterator[tuple[int, LedgerMetadata]]:
+    def _read_batch(
+        self, ids: list[int], on_problem: ProblemSink
+    ) -> Iterator[tuple[int, Versioned[LedgerMetadata]]]:
         paths = [self.ledger_path(ledger_id) for ledger_id in ids]
         for ledger_id, path, node in zip(ids, paths, self.store.get_many(paths), strict=True):
             if node is None:
                 continue  # deleted since the walk: not a problem
             try:
-                yield ledger_id, mf.decode_ledger_metadata(node[0])
+                yield ledger_id, Versioned(mf.decode_ledger_metadata(node[0]), node[1].version)
             except ProtocolError as exc:
                 on_problem(path, f"bad metadata: {exc}")
 

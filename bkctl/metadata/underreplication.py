@@ -5,11 +5,13 @@ replication locks, marking a ledger replicated (and pruning the empty levels abo
 from __future__ import annotations
 
 import contextlib
+import random
 import re
 import socket
-from collections.abc import Iterable, Iterator
+import time
+from collections.abc import Collection, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from bkctl.errors import (
     BadVersionError,
@@ -32,8 +34,11 @@ from bkctl.metadata.nodes import (
     log_problem,
     now_ms,
 )
+from bkctl.metadata.store import CreateOp, DeleteOp
 from bkctl.protocol import metadata_format as mf
 from bkctl.protocol.metadata_format import UnderreplicatedLedger
+
+UPPER_LEVELS_TTL_S = 1.0  # local bound: how long the mark tree's upper levels are reused
 
 # Nodes of the under-replication tree.
 UR_LEDGERS = "ledgers"
@@ -49,6 +54,20 @@ class UnderreplicatedEntry:
     mark: UnderreplicatedLedger
     version: int
     replication_worker: str | None = None
+
+
+@dataclass(frozen=True)
+class TakenMark:
+    """A mark whose replication lock this session took: the mark's version (what `mark_replicated`
+    deletes it with) and replicas, and the session that holds the lock."""
+
+    ledger_id: int
+    version: int
+    replicas: tuple[str, ...]
+    session_id: int
+
+
+_HEX4 = re.compile(r"[0-9a-f]{4}")
 
 
 def underreplicated_subpath(ledger_id: int) -> str:
@@ -88,6 +107,9 @@ class UnderreplicationLayout(LayoutBase):
         """
         replicas = list(dict.fromkeys(missing_replicas))
         path = self.underreplicated_path(ledger_id)
+        first = UnderreplicatedLedger(tuple(replicas), now_ms() if ctime_ms == -1 else ctime_ms)
+        if self._create_mark(path, first):
+            return True
         for _ in range(CAS_RETRIES_MAX):
             ctime = now_ms() if ctime_ms == -1 else ctime_ms
             try:
@@ -112,6 +134,22 @@ class UnderreplicationLayout(LayoutBase):
             except (BadVersionError, NotFoundError):
                 continue
         raise ConflictError(f"ledger {ledger_id}: could not mark it under-replicated (lost every race)")
+
+    def _create_mark(self, path: str, mark: UnderreplicatedLedger) -> bool:
+        """A new mark and its own level (`<%04x>` of the id's low bits: one mark per level node) in one
+        request; False when either exists (the caller merges into the mark). The levels above it exist
+        once any ledger of that range was marked: when they do not, they are made one by one."""
+        data = mf.encode_underreplicated_ledger(mark)
+        try:
+            self.store.multi([CreateOp(path.rsplit("/", 1)[0]), CreateOp(path, data)])
+        except NodeExistsError:
+            return False
+        except NotFoundError:
+            try:
+                self.store.create(path, data, make_parents=True)
+            except NodeExistsError:
+                return False
+        return True
 
     @staticmethod
     def _decode_mark(path: str, data: bytes) -> UnderreplicatedLedger:
@@ -193,6 +231,72 @@ class UnderreplicationLayout(LayoutBase):
             return None
         return stat.version
 
+    def take_underreplicated(
+        self,
+        count: int,
+        holder: str | None = None,
+        skip: Collection[int] = (),
+        rng: random.Random | None = None,
+        levels: UpperLevels | None = None,
+        *,
+        newest_first: bool = False,
+    ) -> tuple[list[TakenMark], int]:
+        """Lock up to `count` marks that no one holds: (the marks taken, the marks seen on the way).
+
+        Java's getLedgerToRereplicate, batched: the tree is descended along random paths (workers on
+        many hosts do not all fight over the same marks) and the first free marks are locked, so a take
+        costs a listing per level on the way and two requests per mark taken (the lock, the mark's
+        read), not a walk of every mark: that walk made each take cost as many requests as the backlog
+        has marks. Marks in `skip` (this worker's own) and locked ones are passed over unread. `levels`
+        keeps the listings of the three upper levels a moment (they change once per 2^16 ledger ids).
+        `newest_first`: the highest ids first (ledger ids grow with time: an active topic reads its
+        newest ledgers), not random; workers on many hosts then meet on the same marks, and each lock
+        lost costs a request."""
+        if count <= 0:
+            return [], 0
+        descent = _Descent(count, set(skip), rng or random.Random(), levels or UpperLevels(0.0), newest_first)
+        self._descend(self.ur_path(UR_LEDGERS), 0, 0, descent, holder)
+        return descent.taken, descent.seen
+
+    def _descend(self, path: str, depth: int, prefix: int, descent: _Descent, holder: str | None) -> None:
+        names = descent.levels.get(path) if depth < 3 else None
+        if names is None:
+            names = [n for n in self._children_or_none(path) or [] if _HEX4.fullmatch(n)]
+            if depth < 3:
+                descent.levels.put(path, names)
+        names = sorted(names, reverse=True) if descent.newest_first else list(names)
+        if not descent.newest_first:
+            descent.rng.shuffle(names)
+        if depth == 3:
+            descent.seen += len(names)
+            if names and not descent.locks_listed:  # once per take, and only when there are marks
+                descent.skip |= self._locked_ids()
+                descent.locks_listed = True
+        for name in names:
+            if len(descent.taken) >= descent.count:
+                return
+            ledger_id = (prefix << 16) | int(name, 16)
+            if depth < 3:
+                self._descend(f"{path}/{name}", depth + 1, ledger_id, descent, holder)
+            elif ledger_id not in descent.skip and ledger_id <= LEDGER_ID_MAX:
+                taken = self._take_one(ledger_id, holder)
+                if taken is not None:
+                    descent.taken.append(taken)
+
+    def _locked_ids(self) -> set[int]:
+        names = self._children_or_none(self.ur_path(UR_LOCKS)) or []
+        return {i for i in map(parse_underreplicated_name, names) if i is not None}
+
+    def _take_one(self, ledger_id: int, holder: str | None) -> TakenMark | None:
+        session = self.store.session_id
+        if not self.acquire_replication_lock(ledger_id, holder):
+            return None
+        mark = self._try_read_mark(ledger_id)
+        if not isinstance(mark, Versioned):  # replicated meanwhile, or unreadable (`underreplicated` says)
+            self.release_lock(ledger_id)
+            return None
+        return TakenMark(ledger_id, mark.version, mark.value.replicas, session)
+
     def acquire_replication_lock(self, ledger_id: int, holder: str | None = None) -> bool:
         """Take a ledger's replication lock (ephemeral), marked or not; False if another holds it.
 
@@ -200,12 +304,16 @@ class UnderreplicationLayout(LayoutBase):
         while it decides to drop an over-replicated copy, so that no worker makes the bookie a replica
         of that ledger again meanwhile. Released with `release_lock`."""
         data = mf.encode_lock_data(holder if holder is not None else socket.gethostname())
-        self.store.ensure_path(self.ur_path(UR_LOCKS))
-        try:
-            self.store.create(self.lock_path(ledger_id), data, ephemeral=True)
-        except NodeExistsError:
-            return False
-        return True
+        for _ in range(2):
+            try:
+                self.store.create(self.lock_path(ledger_id), data, ephemeral=True)
+            except NodeExistsError:
+                return False
+            except NotFoundError:  # the locks' parent is made once, not checked before every lock
+                self.store.ensure_path(self.ur_path(UR_LOCKS))
+                continue
+            return True
+        raise NotFoundError(f"{self.ur_path(UR_LOCKS)} vanished twice while locking ledger {ledger_id}")
 
     def replication_locked(self, ledger_id: int) -> bool:
         """Whether a worker (or a bookie's GC) holds the ledger's replication lock (Java's
@@ -227,13 +335,25 @@ class UnderreplicationLayout(LayoutBase):
         data = self._data_or_none(self.lock_path(ledger_id))
         return None if data is None else mf.decode_lock_data(data)
 
-    def mark_replicated(self, ledger_id: int, version: int = -1) -> bool:
+    def mark_replicated(self, ledger_id: int, version: int = -1, session_id: int | None = None) -> bool:
         """Delete the mark (if still at `version`), prune its empty parents, release the lock.
 
         Returns False when the mark changed since `version` (a re-mark: it stays, to be checked again)
-        or was already gone.
+        or was already gone. `session_id`: the session that took the lock (`TakenMark`); while it is
+        still this store's session the lock is ours, and the mark, its level and the lock go in one
+        request.
         """
         path = self.underreplicated_path(ledger_id)
+        if session_id is not None and session_id == self.store.session_id:
+            level = path.rsplit("/", 1)[0]
+            try:
+                lock = self.lock_path(ledger_id)
+                self.store.multi([DeleteOp(path, version), DeleteOp(level), DeleteOp(lock)])
+            except (NotFoundError, BadVersionError, NotEmptyError):
+                pass  # one by one below: each step says what it found
+            else:
+                self._prune_parents(level, levels=3)
+                return True
         try:
             self.store.delete(path, version)
         except (NotFoundError, BadVersionError):
@@ -244,9 +364,9 @@ class UnderreplicationLayout(LayoutBase):
         finally:
             self.release_lock(ledger_id)
 
-    def _prune_parents(self, path: str) -> None:
-        """Delete the four hex levels above a deleted mark while they are empty."""
-        for _ in range(4):
+    def _prune_parents(self, path: str, levels: int = 4) -> None:
+        """Delete the `levels` hex levels above a deleted node while they are empty."""
+        for _ in range(levels):
             path = path.rsplit("/", 1)[0]
             try:
                 stat = self.store.exists(path)
@@ -257,3 +377,34 @@ class UnderreplicationLayout(LayoutBase):
                 return  # another ledger was marked in the same subtree meanwhile
             except NotFoundError:
                 continue
+
+
+@dataclass
+class _Descent:
+    """One take's walk: what it wants, what it passes over, what it took and saw."""
+
+    count: int
+    skip: set[int]
+    rng: random.Random
+    levels: UpperLevels
+    newest_first: bool
+    taken: list[TakenMark] = field(default_factory=list)
+    seen: int = 0
+    locks_listed: bool = False
+
+
+class UpperLevels:
+    """Listings of the mark tree's upper levels, kept `ttl_s` (a worker's, across its takes): a new
+    level is seen at most that late; a level gone meanwhile lists as empty."""
+
+    def __init__(self, ttl_s: float = UPPER_LEVELS_TTL_S) -> None:
+        self.ttl_s = ttl_s
+        self._listings: dict[str, tuple[float, list[str]]] = {}
+
+    def get(self, path: str) -> list[str] | None:
+        found = self._listings.get(path)
+        return found[1] if found is not None and time.monotonic() - found[0] < self.ttl_s else None
+
+    def put(self, path: str, names: list[str]) -> None:
+        if self.ttl_s > 0:
+            self._listings[path] = (time.monotonic(), names)

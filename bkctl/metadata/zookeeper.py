@@ -77,6 +77,7 @@ from bkctl.metadata.store import (
     validate_path,
 )
 from bkctl.metadata.zk_multiread import Answer, MultiRead, MultiReadError
+from bkctl.metadata.zk_poll import PollHandler
 
 # Pipelined requests in flight at once during a recursive delete.
 DELETE_WINDOW = 1000
@@ -258,6 +259,7 @@ class ZooKeeperStore(MetadataStore):
             self._client = KazooClient(
                 hosts=hosts,
                 timeout=session_timeout_ms / 1000,
+                handler=PollHandler(),
                 # Reconnect forever (a bookie outlives ZooKeeper restarts), backing off to 1 s.
                 connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0),
             )

@@ -110,9 +110,14 @@ def audit_bookies(layout: Layout, available: Iterable[str]) -> AuditReport:
     """Mark every ledger whose ensembles name a bookie that is not available (blocking).
 
     Like Java's auditBookies, a bookie named in metadata but never seen (no cookie) counts as lost too:
-    its replicas are gone either way.
+    its replicas are gone either way. A bookie back empty under its own id (its cookie made again since
+    the last audit, see `back_empty`) counts as lost for this audit: its ledgers are marked, and the
+    worker checks each (it is registered) and refills what it lacks, in place if no other bookie can
+    take the copy. Then its cookie's generation is recorded, so the next audit does not mark them again.
     """
-    up = frozenset(available)
+    listed = list(available)
+    empty = back_empty(layout, listed)
+    up = frozenset(listed) - frozenset(empty)
     report = AuditReport(lost_bookies=[])
     lost: dict[str, None] = {}
     ledgers = layout.read_ledgers(layout.ledger_ids())
@@ -121,7 +126,21 @@ def audit_bookies(layout: Layout, available: Iterable[str]) -> AuditReport:
         report.ledgers_marked.append(ledger_id)
         lost.update(dict.fromkeys(missing))
     report.lost_bookies = sorted(lost)
+    for bookie, (czxid, seen) in layout.cookie_generations(listed).items():
+        if seen != czxid:
+            layout.record_cookie_generation(bookie, czxid)
     return report
+
+
+def back_empty(layout: Layout, bookies: list[str]) -> list[str]:
+    """Registered bookies whose cookie was made again since the last audit recorded it (a wiped disk
+    started under the same id: `bookie format`, then a first start). A bookie seen for the first time
+    is recorded now, not suspected: a wipe is seen from the second cookie an auditor sees on."""
+    generations = layout.cookie_generations(bookies)
+    for bookie, (now, seen) in generations.items():
+        if seen is None:
+            layout.record_cookie_generation(bookie, now)
+    return [b for b, (now, seen) in generations.items() if seen is not None and seen != now]
 
 
 def _counted(

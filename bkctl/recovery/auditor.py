@@ -21,7 +21,7 @@ from bkctl.metadata.autorecovery import UR_DISABLE, UR_LOST_BOOKIE_RECOVERY_DELA
 from bkctl.metadata.layout import Layout
 from bkctl.metadata.nodes import AVAILABLE, COOKIES, READONLY
 from bkctl.metadata.store import Subscription
-from bkctl.recovery.audit import AuditReport, AuditScheduler, audit_bookies
+from bkctl.recovery.audit import AuditReport, AuditScheduler, audit_bookies, back_empty
 from bkctl.recovery.placement_check import PLACEMENT_CHECK, PlacementCheckReport, mark_for_moves
 
 log = logging.getLogger("bkctl.recovery.auditor")
@@ -80,6 +80,7 @@ class Auditor:
         self._enabled = True
         self._delay_s: int | None = None
         self.ready = False  # watching (tests wait for it)
+        self._sets_asked = 0  # bookie-set reads started (see _bookies_changed)
 
     # --- life ---------------------------------------------------------------------------------------
 
@@ -156,19 +157,29 @@ class Auditor:
 
     def _bookies_changed(self, _children: object) -> None:
         if self._running:
-            self._in_thread(self._bookie_sets).addCallbacks(self._decide, self._log_failure)
+            # The reads run in pool threads and may end out of order: only the latest one decides
+            # (an older one would say a bookie that just went is still there).
+            self._sets_asked += 1
+            asked = self._sets_asked
+            sets = self._in_thread(self._bookie_sets)
+            sets.addCallbacks(lambda found: self._decide(found) if asked == self._sets_asked else None)
+            sets.addErrback(self._log_failure)
 
-    def _bookie_sets(self) -> tuple[list[str], list[str], int]:
+    def _bookie_sets(self) -> tuple[list[str], list[str], int, list[str]]:
         known = self._layout.cookie_bookies()
         available = self._layout.bookies() + self._layout.bookies(readonly=True)
         delay = self._layout.lost_bookie_recovery_delay()
-        return known, available, self._config.lost_bookie_recovery_delay_s if delay is None else delay
+        empty = back_empty(self._layout, available)
+        return known, available, self._config.lost_bookie_recovery_delay_s if delay is None else delay, empty
 
-    def _decide(self, sets: tuple[list[str], list[str], int]) -> None:
-        known, available, delay_s = sets
+    def _decide(self, sets: tuple[list[str], list[str], int, list[str]]) -> None:
+        known, available, delay_s, empty = sets
         self.stats.lost_bookies = sorted(set(known) - set(available))
         if self._running:
             self.scheduler.bookies_changed(known, available, delay_s)
+        if empty and self._running:  # back with a new cookie: its data is gone, at once (no delay)
+            log.info("bookies back empty under their own id (a new cookie): %s", ", ".join(empty))
+            self.request_audit()
 
     def _delay_node(self, data: bytes | None, _stat: object) -> None:
         if data is None or not self._running:

@@ -25,6 +25,7 @@ from twisted.internet import defer
 
 from bkctl.client.single_bookie import last_entry_on, read_from_bookie
 from bkctl.errors import BkctlError, NotFoundError, UnavailableError, UsageError
+from bkctl.metadata.nodes import Versioned
 from bkctl.model import LedgerMetadata
 from bkctl.recovery.checker import admin_open as admin_open  # re-exported: repair and commands use it here
 from bkctl.recovery.checker import check_ledger
@@ -62,6 +63,7 @@ class RecoveryOptions:
     # moving replicas to meet the placement policy (the placement check's marks): a move that cannot
     # meet it is not made (the ledger is skipped and tried again later)
     placement_move: bool = False
+    newest_first: bool = False  # highest ledger ids first (an active topic reads its newest ledgers)
 
 
 @dataclass
@@ -163,13 +165,48 @@ def names_any(metadata: LedgerMetadata, bookies: frozenset[str]) -> bool:
 
 async def ledgers_naming(client: Client, bookies: frozenset[str], only: int | None) -> list[int]:
     """Ledger ids whose ensembles name any of `bookies` (every ledger's metadata is read, in batches)."""
+    return [ledger_id for ledger_id, _ in await metadata_naming(client, bookies, only)]
+
+
+async def metadata_naming(
+    client: Client, bookies: frozenset[str], only: int | None
+) -> list[tuple[int, Versioned[LedgerMetadata]]]:
+    """`ledgers_naming` with each ledger's metadata as read (a recovery opens the ledgers from it)."""
     layout = client.layout
 
-    def scan() -> list[int]:
+    def scan() -> list[tuple[int, Versioned[LedgerMetadata]]]:
         ids = [only] if only is not None else layout.ledger_ids()
-        return [ledger_id for ledger_id, md in layout.read_ledgers(ids) if names_any(md, bookies)]
+        return [(i, md) for i, md in layout.read_ledgers_versioned(ids) if names_any(md.value, bookies)]
 
     return await client.in_thread(scan)
+
+
+BOOKIE_LIST_TTL_S = 1.0  # local bound: how long a read of the registered bookies is reused
+KNOWN_MAX = 200_000  # local bound: ledgers whose scanned metadata a recovery keeps (~1 KB each)
+
+
+class RegisteredBookies:
+    """The registered bookies (read-write, read-only), read again at most every `ttl_s`: a recovery of
+    thousands of small ledgers asked for them two or three times per ledger. A bookie that went in the
+    last second is still a target for a moment: its copy fails and the ledger is tried again."""
+
+    def __init__(self, client: Client, ttl_s: float = BOOKIE_LIST_TTL_S) -> None:
+        self._client, self._ttl_s = client, ttl_s
+        self._read_at = -ttl_s
+        self._lists: tuple[list[str], list[str]] = ([], [])
+
+    async def lists(self) -> tuple[list[str], list[str]]:
+        now = time.monotonic()
+        if now - self._read_at >= self._ttl_s:
+            layout = self._client.layout
+            self._lists = await self._client.in_thread(
+                lambda: (layout.bookies(), layout.bookies(readonly=True))
+            )
+            self._read_at = now
+        return self._lists
+
+    async def writable(self) -> list[str]:
+        return (await self.lists())[0]
 
 
 class BookieRecovery:
@@ -181,12 +218,21 @@ class BookieRecovery:
         client: Client,
         options: RecoveryOptions,
         progress: Callable[[RecoveryReport], None] = lambda _: None,
+        *,
+        known: dict[int, Versioned[LedgerMetadata]] | None = None,
+        bookies: RegisteredBookies | None = None,
+        throttle: Throttle | None = None,
     ) -> None:
         self.client, self.options, self.progress = client, options, progress
+        # metadata already read (the scan's, or a worker's of its one ledger): each ledger is opened
+        # from it instead of being read again
+        self.known = dict(known or {})
+        self.bookies = bookies or RegisteredBookies(client)
         self.failed = frozenset(options.failed)
         self.dead = self.failed - {bookie for bookie, _ in options.live}
         self.report = RecoveryReport(list(options.failed), options.target, options.dry_run)
-        self.throttle = Throttle(client.reactor, options.rate_bytes_per_s)
+        # a daemon's repairs share its throttle (its share of the cluster's budget)
+        self.throttle = throttle or Throttle(client.reactor, options.rate_bytes_per_s)
         self.stopping = False
 
     def stop(self) -> None:
@@ -194,10 +240,17 @@ class BookieRecovery:
 
     async def run(self) -> RecoveryReport:
         await self._check_target()
-        ids = await ledgers_naming(self.client, self.failed, self.options.ledger)
+        only = self.options.ledger
+        if only is not None and only in self.known:
+            named = [(only, self.known[only])] if names_any(self.known[only].value, self.failed) else []
+        else:
+            named = await metadata_naming(self.client, self.failed, only)
+        if len(named) <= KNOWN_MAX:  # beyond, memory: each ledger is read again when its turn comes
+            self.known.update(named)
+        ids = [ledger_id for ledger_id, _ in named]
         self.report.ledgers_total = len(ids)
         self.progress(self.report)
-        queue = list(reversed(ids))
+        queue = sorted(ids, reverse=not self.options.newest_first)  # popped from the end
 
         async def worker() -> None:
             while queue and not self.stopping:
@@ -235,7 +288,8 @@ class BookieRecovery:
 
     async def recover_ledger(self, ledger_id: int) -> None:
         password = self.options.password
-        handle = await admin_open(self.client, ledger_id, recovery=False, password=password)
+        known = self.known.pop(ledger_id, None)
+        handle = await admin_open(self.client, ledger_id, recovery=False, password=password, known=known)
         if not handle.is_closed and self._names_dead(handle.metadata.segments[-1].ensemble):
             if self.options.skip_open:
                 self._skip(ledger_id, "open, and its last ensemble has a failed bookie (--skip-open-ledgers)")
@@ -294,7 +348,7 @@ class BookieRecovery:
         if not bad:
             return []
         per_entry = await payload_per_entry(handle, last, survivors)
-        available = await self.client.in_thread(self.client.layout.bookies)
+        available = await self.bookies.writable()
         steps = []
         for number in sorted({f.segment for f in bad}):
             moves = [f for f in bad if f.segment == number]
@@ -303,8 +357,7 @@ class BookieRecovery:
             if in_place:
                 targets = [f.bookie for f in moves]
             else:
-                indexes = [f.index for f in moves]
-                targets = await self._targets(handle.ledger_id, number, md, indexes, available)
+                targets = await self._targets_or_back(handle.ledger_id, number, md, moves, available)
             new = list(old)
             for fragment, target in zip(moves, targets, strict=True):
                 new[fragment.index] = target
@@ -314,6 +367,19 @@ class BookieRecovery:
             step = PlanStep(handle.ledger_id, number, first, end, old, new, entries, size)
             steps.append((step, list(zip(moves, targets, strict=True))))
         return steps
+
+    async def _targets_or_back(
+        self, ledger_id: int, number: int, md: LedgerMetadata, moves: list[Fragment], available: list[str]
+    ) -> list[str]:
+        """Placement's targets; when no other bookie can take the copies and every bookie to repair is
+        alive (back empty, or lacking entries), the copies go back to those bookies in place: the
+        ensemble stays as it is (a cluster of as many bookies as the ensemble has no other)."""
+        try:
+            return await self._targets(ledger_id, number, md, [f.index for f in moves], available)
+        except UnavailableError:
+            if any(f.bookie in self.dead for f in moves):
+                raise
+            return [f.bookie for f in moves]
 
     async def _targets(
         self, ledger_id: int, number: int, md: LedgerMetadata, indexes: list[int], available: list[str]

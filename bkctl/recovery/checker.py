@@ -21,6 +21,8 @@ from bkctl.recovery.fragments import Fragment, fragments
 if TYPE_CHECKING:
     from bkctl.client.client import Client
     from bkctl.client.ledger import LedgerHandle
+    from bkctl.metadata.nodes import Versioned
+    from bkctl.model import LedgerMetadata
 
 OK, MISSING, BOOKIE_DOWN, DIGEST_MISMATCH = "ok", "missing", "bookie_down", "digest_mismatch"
 _DOWN_ANSWERS = ("timed out", "unavailable", "EIO", "ETOOMANYREQUESTS")
@@ -50,13 +52,18 @@ class LedgerCheck:
 
 
 async def admin_open(
-    client: Client, ledger_id: int, *, recovery: bool, password: bytes | None = None
+    client: Client,
+    ledger_id: int,
+    *,
+    recovery: bool,
+    password: bytes | None = None,
+    known: Versioned[LedgerMetadata] | None = None,
 ) -> LedgerHandle:
     """Open as an administrator (every operator's command and the daemons open ledgers here): with
     the password and digest the metadata stores (format v3 does), else "" and CRC32 (BookKeeper's
     bookieRecoveryPasswd / bookieRecoveryDigestType defaults). A `password` given by the operator
     replaces the stored one and must match it (exit 9 when it does not)."""
-    return await client.open_ledger(ledger_id, password, recovery=recovery)
+    return await client.open_ledger(ledger_id, password, recovery=recovery, known=known)
 
 
 async def check_ledger(

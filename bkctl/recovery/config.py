@@ -70,6 +70,8 @@ def daemon_config(
         / ms,
         recovery_password=_password(properties.get("bookieRecoveryPasswd")),
         recovery_digest=DigestType.parse(properties.get("bookieRecoveryDigestType", "CRC32")),
+        replication_rate_bytes=get("replicationRateByBytes", -1, -1, 2**62),
+        newest_first=bool_key("replicationNewestFirst", properties.get("replicationNewestFirst", "false")),
     )
     return auditor, worker
 

@@ -18,6 +18,7 @@ from twisted.internet.defer import inlineCallbacks
 
 from bkctl.metadata.layout import Layout
 from bkctl.recovery.auditor import Auditor, AuditorConfig
+from bkctl.recovery.budget import CopyBudget
 from bkctl.recovery.election import AuditorElection
 from bkctl.recovery.worker import Repairer, ReplicationWorker, WorkerConfig
 from bkctl.tls import TlsSettings
@@ -45,17 +46,20 @@ class AutorecoveryDaemon:
         self.election = AuditorElection(layout, daemon_id, reactor, self._elected, self._demoted)
         self._publisher: task.LoopingCall | None = None
         self._published: dict[str, Any] | None = None
-        self._rate_mark = (time.monotonic(), 0)  # (when, bytes copied then): for bytes_per_s
-        self.bytes_per_s = 0.0
+        self._rate_mark = (time.monotonic(), 0, 0)  # (when, bytes, ledgers then): for the rates
+        self.bytes_per_s = self.ledgers_per_s = 0.0
         self.client: Any = None  # the ledger client of the repairs, closed at stop (see start_daemon)
         self.sweep: Any = None  # the auditor's periodic check of every ledger (autorecovery_daemon)
         self.placement_check: Any = None  # the auditor's periodic placement check (autorecovery_daemon)
+        self.budget: CopyBudget | None = None  # this daemon's share of the cluster's copy budget
         self._session_sub: Any = None
 
     @inlineCallbacks
     def start(self) -> Any:
         self._session_sub = self._layout.store.on_session_lost(self._session_lost_from_thread)
         yield self.election.start()
+        if self.budget is not None:
+            yield self.budget.start()
         self.worker.start()
         self._publisher = task.LoopingCall(self._publish)
         self._publisher.clock = self._reactor
@@ -69,6 +73,8 @@ class AutorecoveryDaemon:
         if self._session_sub is not None:
             self._session_sub.cancel()
         yield self.election.stop()  # withdraws the vote first: another daemon audits at once
+        if self.budget is not None:
+            self.budget.stop()
         yield self.worker.stop()
         if self.client is not None:
             yield self.client.close()
@@ -113,8 +119,10 @@ class AutorecoveryDaemon:
             "entries_copied": w.entries_copied,
             "bytes_copied": w.bytes_copied,
             "bytes_per_s": round(self.bytes_per_s),
+            "ledgers_per_s": round(self.ledgers_per_s, 1),
             "replication_failures": w.failures,
             "marks_dropped": w.marks_dropped,
+            "rate_limit_bytes_per_s": None if self.budget is None else _rounded(self.budget.throttle.rate),
         }
         if self.auditor is not None:
             a = self.auditor.stats
@@ -135,10 +143,16 @@ class AutorecoveryDaemon:
 
     def _publish(self) -> None:
         """Share status() through the store (for `autorecovery status`) when it changed."""
-        now, copied = time.monotonic(), self.worker.stats.bytes_copied
-        then, copied_then = self._rate_mark
+        now, copied, replicated = (
+            time.monotonic(),
+            self.worker.stats.bytes_copied,
+            self.worker.stats.ledgers_replicated,
+        )
+        then, copied_then, replicated_then = self._rate_mark
         if now - then >= RATE_WINDOW_S:
-            self.bytes_per_s, self._rate_mark = (copied - copied_then) / (now - then), (now, copied)
+            self.bytes_per_s = (copied - copied_then) / (now - then)
+            self.ledgers_per_s = (replicated - replicated_then) / (now - then)
+            self._rate_mark = (now, copied, replicated)
         document = self.status()
         if document == self._published:
             return
@@ -154,6 +168,10 @@ class AutorecoveryDaemon:
 
     def _publish_failed(self, failure: Any) -> None:
         log.debug("daemon status not published: %s", failure.getErrorMessage())
+
+
+def _rounded(rate: float | None) -> int | None:
+    return None if rate is None else round(rate)
 
 
 STATUS_INTERVAL_S = 2.0  # local bound
@@ -189,10 +207,12 @@ def autorecovery_daemon(
         recovery_digest=config.recovery_digest,
         placement_policy=placement_policy,
     )
-    daemon = AutorecoveryDaemon(
-        layout, reactor, daemon_id, LedgerRepairer(client, local_bookie), auditor_config, worker_config
-    )
+    repairer = LedgerRepairer(client, local_bookie)
+    daemon = AutorecoveryDaemon(layout, reactor, daemon_id, repairer, auditor_config, worker_config)
     daemon.client = client
+    rate = config.replication_rate_bytes
+    configured = None if rate is None or rate <= 0 else rate
+    daemon.budget = CopyBudget(layout, reactor, repairer.throttle, configured)
     daemon.sweep = lambda: defer.ensureDeferred(check_all_ledgers(client))
     daemon.placement_check = lambda: client.in_thread(check_placement, layout, client.placement)
     return daemon

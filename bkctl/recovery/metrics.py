@@ -58,6 +58,19 @@ COUNTERS = (
         "counter",
         "Audits that failed (auditor only).",
     ),
+    ("bytes_per_s", "bkctl_autorecovery_bytes_per_second", "gauge", "Bytes copied per second (5 s window)."),
+    (
+        "ledgers_per_s",
+        "bkctl_autorecovery_ledgers_per_second",
+        "gauge",
+        "Ledgers replicated per second (5 s window).",
+    ),
+    (
+        "rate_limit_bytes_per_s",
+        "bkctl_autorecovery_rate_limit_bytes_per_second",
+        "gauge",
+        "This daemon's share of the cluster's copy budget (absent: no limit).",
+    ),
 )
 
 
@@ -75,7 +88,7 @@ def daemon_lines(daemon: Any, scope: str = "") -> Iterator[str]:
         "bkctl_autorecovery_failing", "gauge", "Ledgers backing off after a failure.", len(status["failing"])
     )
     for key, name, kind, help_text in COUNTERS:
-        if key in status:
+        if status.get(key) is not None:
             yield from metric(name, kind, help_text, status[key])
 
 

@@ -20,10 +20,10 @@ from twisted.internet.defer import Deferred
 
 from bkctl.errors import NotFoundError
 from bkctl.model import LedgerState
-from bkctl.recovery.bookie_recovery import BookieRecovery, RecoveryOptions, admin_open
+from bkctl.recovery.bookie_recovery import BookieRecovery, RecoveryOptions, RegisteredBookies, admin_open
 from bkctl.recovery.checker import check_ledger
 from bkctl.recovery.placement_check import ledger_placement
-from bkctl.recovery.replicator import format_ranges
+from bkctl.recovery.replicator import Throttle, format_ranges
 from bkctl.recovery.worker import RepairOutcome
 
 if TYPE_CHECKING:
@@ -35,6 +35,9 @@ OPEN_SKIP = "--skip-open-ledgers"
 class LedgerRepairer:
     def __init__(self, client: Client, local_bookie: str | None = None) -> None:
         self.client, self.local_bookie = client, local_bookie
+        self.bookies = RegisteredBookies(client)  # shared by this worker's repairs
+        # every copy of this worker, together: its share of the cluster's replicationRateByBytes
+        self.throttle = Throttle(client.reactor, None)
 
     def repair(self, ledger_id: int, missing: tuple[str, ...]) -> Deferred[RepairOutcome]:
         return defer.ensureDeferred(self._repair(ledger_id, missing))
@@ -44,10 +47,11 @@ class LedgerRepairer:
 
     async def _repair(self, ledger_id: int, missing: tuple[str, ...]) -> RepairOutcome:
         layout = self.client.layout
-        if not await self.client.in_thread(_exists, layout, ledger_id):
+        try:
+            known = await self.client.in_thread(layout.read_ledger, ledger_id)
+        except NotFoundError:
             return RepairOutcome(replicated=False, deleted=True)
-        writable = await self.client.in_thread(layout.bookies)
-        readonly = await self.client.in_thread(lambda: layout.bookies(readonly=True))
+        writable, readonly = await self.bookies.lists()
         lost = [b for b in missing if b not in writable and b not in readonly]
         alive = [b for b in missing if b not in lost]
         live: frozenset[tuple[str, int]] = frozenset()
@@ -76,7 +80,11 @@ class LedgerRepairer:
         options = RecoveryOptions(
             tuple(lost), target, ledger=ledger_id, parallel=1, skip_open=True, live=live, placement_move=move
         )
-        report = await BookieRecovery(self.client, options).run()
+        known_now = {ledger_id: known}
+        recovery = BookieRecovery(
+            self.client, options, known=known_now, bookies=self.bookies, throttle=self.throttle
+        )
+        report = await recovery.run()
         outcome = RepairOutcome(
             replicated=True, entries_copied=report.copied.entries, bytes_copied=report.copied.bytes
         )
@@ -102,11 +110,3 @@ class LedgerRepairer:
             return []
         segments = await self.client.in_thread(ledger_placement, policy, md)
         return [(s.move, s.segment) for s in segments if s.move in alive]
-
-
-def _exists(layout: Any, ledger_id: int) -> bool:
-    try:
-        layout.read_ledger(ledger_id)
-    except NotFoundError:
-        return False
-    return True

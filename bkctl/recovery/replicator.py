@@ -22,6 +22,7 @@ from twisted.internet.defer import Deferred
 
 from bkctl.client.bookie_client import RECOVERY_ADD_FLAGS
 from bkctl.errors import BadVersionError, BkctlError, ProtocolError, UnavailableError
+from bkctl.metadata.nodes import Versioned
 from bkctl.model import LedgerMetadata, Segment
 from bkctl.protocol import wire
 from bkctl.protocol.entry import verify_entry
@@ -67,19 +68,33 @@ class CopyStats:
 
 
 class Throttle:
-    """At most `bytes_per_s` on average (None: no limit); waits on the reactor, never blocks it."""
+    """At most `bytes_per_s` on average (None: no limit); waits on the reactor, never blocks it.
+
+    Shared by every copy of a run (or of a daemon), and changeable while they go (`set_rate`: the
+    cluster-wide budget's share of this daemon moves with `autorecovery set-rate` and with the number
+    of daemons). Each byte is due `1 / rate` s after the previous one; time left idle is credited for
+    at most BURST_S, so a pause is not followed by an unbounded burst."""
 
     def __init__(self, reactor: Any, bytes_per_s: float | None) -> None:
-        self._reactor, self._rate = reactor, bytes_per_s
-        self._started = reactor.seconds()
-        self._sent = 0
+        self._reactor, self._rate = reactor, bytes_per_s or None
+        self._due: float = reactor.seconds()  # when the bytes counted so far are all sent, at the rate
+
+    @property
+    def rate(self) -> float | None:
+        return self._rate
+
+    def set_rate(self, bytes_per_s: float | None) -> None:
+        self._rate = bytes_per_s or None
 
     def delay_after(self, size: int) -> float:
         if not self._rate:
             return 0.0
-        self._sent += size
-        ahead: float = self._sent / self._rate - (self._reactor.seconds() - self._started)
-        return max(0.0, ahead)
+        now: float = self._reactor.seconds()
+        self._due = max(self._due, now - BURST_S) + size / self._rate
+        return max(0.0, self._due - now)
+
+
+BURST_S = 0.25  # local bound: how much of the rate a copier may take at once
 
 
 class FragmentCopy:
@@ -218,9 +233,15 @@ async def swap_bookie(handle: LedgerHandle, fragment: Fragment, target: str) -> 
     False if the bookie is no longer there (someone else swapped it): nothing written.
     """
     client = handle.client
-    for _ in range(SWAP_CAS_MAX):
-        current = await client.in_thread(client.layout.read_ledger, handle.ledger_id)
+    # First from the handle's metadata (read when opened, or just written by the previous swap): a
+    # ledger nobody else changes costs one write, not a read and a write; a stale one fails the CAS.
+    current = Versioned(handle.metadata, handle.version)
+    for attempt in range(SWAP_CAS_MAX):
+        if attempt:
+            current = await client.in_thread(client.layout.read_ledger, handle.ledger_id)
         updated = swapped(current.value, fragment, target)
+        if updated is None and not attempt:
+            continue  # the handle's copy may be stale: judged on a fresh read
         if updated is None:
             return False
         try:

@@ -22,8 +22,10 @@ from typing import Any, Protocol
 from twisted.internet import defer, task, threads
 from twisted.internet.defer import Deferred, inlineCallbacks
 
-from bkctl.errors import NotFoundError
+from bkctl.metadata.autorecovery import UR_DISABLE
 from bkctl.metadata.layout import Layout
+from bkctl.metadata.store import Subscription
+from bkctl.metadata.underreplication import TakenMark, UpperLevels
 from bkctl.model import DigestType
 
 log = logging.getLogger("bkctl.recovery.worker")
@@ -52,15 +54,21 @@ class Repairer(Protocol):
 class WorkerConfig:
     """Java's keys where they exist: openLedgerRereplicationGracePeriod, rwRereplicateBackoffMs,
     lockReleaseOfFailedLedgerGracePeriod (the cap of the per-ledger backoff), bookieRecoveryPasswd and
-    bookieRecoveryDigestType (for ledgers whose metadata stores no password)."""
+    bookieRecoveryDigestType (for ledgers whose metadata stores no password), replicationRateByBytes
+    (for every daemon of the cluster together, not each one as Java's)."""
 
     parallel: int = 4
     poll_interval_s: float = 0.25  # an idle walk is one children() call: cheap, and marks start sooner
+    # marks taken together: one descent of the mark tree (a listing per level) serves several
+    take_batch: int = 2
     open_ledger_grace_s: float = 30.0
     backoff_start_s: float = 5.0
     backoff_max_s: float = 300.0
     recovery_password: bytes = b""
     recovery_digest: DigestType = DigestType.CRC32
+    # replicationRateByBytes: the cluster's copy budget (recovery.budget) until `autorecovery set-rate`
+    replication_rate_bytes: int | None = None
+    newest_first: bool = False  # take the highest ledger ids first (bkctl's replicationNewestFirst)
 
 
 @dataclass
@@ -101,14 +109,37 @@ class ReplicationWorker:
         self._work: set[Deferred[Any]] = set()
         self._releases: dict[int, Any] = {}  # ledger -> the delayed release of its lock (backoff)
         self._sleeps: set[Deferred[None]] = set()
+        self._rng = random.Random()
+        self._levels = UpperLevels()  # the mark tree's upper levels, across takes
+        self._enabled: bool | None = None  # the disable flag as last watched; None: not yet
+        self._flag_sub: Subscription | None = None
 
     def start(self) -> None:
         self._running = True
+        self._in_thread(self._watch_flag).addErrback(
+            lambda f: log.info("autorecovery flag not watched (%s): read at each take", f.getErrorMessage())
+        )
         self._schedule_scan(0)
+
+    def _watch_flag(self) -> None:
+        """The disable flag, watched rather than read before every take (one request less per take)."""
+        path = self._layout.ur_path(UR_DISABLE)
+        sub = self._layout.store.watch_data(path, lambda data, _stat: self._flag_changed(data is None))
+        if self._running:
+            self._flag_sub = sub
+        else:
+            sub.cancel()
+
+    def _flag_changed(self, enabled: bool) -> None:  # a store thread
+        self._enabled = enabled
+        if enabled:
+            self._reactor.callFromThread(self._schedule_scan, 0)
 
     def stop(self) -> Deferred[Any]:
         """Stop taking marks; the copies under way finish (their locks are released)."""
         self._running = False
+        if self._flag_sub is not None:
+            self._flag_sub.cancel()
         if self._scan_call is not None and self._scan_call.active():
             self._scan_call.cancel()
         for sleep in list(self._sleeps):
@@ -138,42 +169,31 @@ class ReplicationWorker:
         free = self._config.parallel - len(self.stats.copying)
         if not self._running or free <= 0:
             return
+        if free < min(self._config.take_batch, self._config.parallel) and self.stats.copying:
+            return  # marks are taken a few at a time: the next repair to end asks again
         self._scanning = True
         busy = set(self.stats.copying) | set(self.stats.failing)
         taken = self._in_thread(self._take_marks, free, busy)
         taken.addCallbacks(self._start_all, self._scan_failed)
         taken.addBoth(self._scan_done)
 
-    def _take_marks(self, free: int, busy: set[int]) -> list[tuple[int, int, tuple[str, ...]]]:
-        """Lock up to `free` marked ledgers (blocking): (ledger, mark version, missing replicas)."""
-        if not self._layout.autorecovery_enabled():
+    def _take_marks(self, free: int, busy: set[int]) -> list[TakenMark]:
+        """Lock up to `free` marked ledgers (blocking), by a random descent of the mark tree."""
+        enabled = self._enabled
+        if not (self._layout.autorecovery_enabled() if enabled is None else enabled):
             return []
-        ids = [i for i in self._layout.underreplicated_ids() if i not in busy]
-        self.stats.backlog = len(ids)
-        random.shuffle(ids)  # as Java: workers on many hosts do not all fight over the lowest id
-        taken: list[tuple[int, int, tuple[str, ...]]] = []
-        for ledger_id in ids:
-            if len(taken) >= free:
-                break
-            version = self._layout.lock_underreplicated(ledger_id, self.worker_id)
-            if version is None:
-                continue
-            try:
-                mark = self._layout.read_underreplicated(ledger_id)
-            except NotFoundError:
-                mark = None
-            if mark is None:  # replicated by someone else between the walk and the lock
-                self._layout.release_lock(ledger_id)
-                continue
-            taken.append((ledger_id, version, mark.value.replicas))
+        taken, seen = self._layout.take_underreplicated(
+            free, self.worker_id, busy, self._rng, self._levels, newest_first=self._config.newest_first
+        )
+        self.stats.backlog = seen
         return taken
 
-    def _start_all(self, taken: list[tuple[int, int, tuple[str, ...]]]) -> None:
-        for ledger_id, version, missing in taken:
-            self.stats.copying[ledger_id] = Copying(ledger_id, time.monotonic(), missing)
-            work = self._replicate(ledger_id, version, missing)
+    def _start_all(self, taken: list[TakenMark]) -> None:
+        for mark in taken:
+            self.stats.copying[mark.ledger_id] = Copying(mark.ledger_id, time.monotonic(), mark.replicas)
+            work = self._replicate(mark)
             self._work.add(work)
-            work.addBoth(self._work_done, work, ledger_id)
+            work.addBoth(self._work_done, work, mark.ledger_id)
 
     def _scan_failed(self, failure: Any) -> None:
         log.warning("replication worker %s: %s", self.worker_id, failure.getErrorMessage())
@@ -190,7 +210,8 @@ class ReplicationWorker:
     # --- one ledger ---------------------------------------------------------------------------------
 
     @inlineCallbacks
-    def _replicate(self, ledger_id: int, version: int, missing: tuple[str, ...]) -> Any:
+    def _replicate(self, mark: TakenMark) -> Any:
+        ledger_id, missing = mark.ledger_id, mark.replicas
         try:
             outcome = yield self._repairer.repair(ledger_id, missing)
             if outcome.open_tail_missing and not outcome.deleted:
@@ -204,7 +225,7 @@ class ReplicationWorker:
             self.stats.marks_dropped += 1
             log.info("ledger %d was deleted: under-replication mark dropped", ledger_id)
         elif outcome.replicated:
-            yield self._in_thread(self._layout.mark_replicated, ledger_id, version)
+            yield self._in_thread(self._layout.mark_replicated, ledger_id, mark.version, mark.session_id)
             self._backoff.pop(ledger_id, None)
             self.stats.failing.pop(ledger_id, None)
             self.stats.ledgers_replicated += 1

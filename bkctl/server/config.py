@@ -201,6 +201,9 @@ def _dirs(key: str, value: str) -> tuple[Path, ...]:
     return paths
 
 
+bool_key = _bool
+
+
 def _text(key: str, value: str) -> str:
     text = value.strip()
     if not text:

@@ -215,9 +215,14 @@ def test_dump5_autorecovery(capsys: pytest.CaptureFixture[str], dump5: LoadedDum
         "auditor": "127.0.0.1:33189",
         "auditor_running": False,
         "lost_bookie_recovery_delay_s": 0,
+        "replication_rate_bytes_per_s": None,
         "underreplicated_count": 0,
         "being_replicated": [],
         "daemons": [],
+        "bytes_left": 0,
+        "bytes_per_s": 0,
+        "ledgers_per_s": 0.0,
+        "eta_s": None,
     }
     code, out, err = bkctl(capsys, dump5, "autorecovery", "whoisauditor", "-o", "plain")
     assert (code, out) == (0, "auditor\t127.0.0.1:33189\nauditor_running\tfalse\n")
@@ -242,6 +247,17 @@ def test_autorecovery_switches(capsys: pytest.CaptureFixture[str], dump5: Loaded
     )
 
 
+def test_set_rate_writes_the_cluster_budget(capsys: pytest.CaptureFixture[str], dump5: LoadedDump) -> None:
+    assert bkctl_json(capsys, dump5, "autorecovery", "status")["replication_rate_bytes_per_s"] is None
+    for given, stored in (("5M", 5_000_000), ("1.5k", 1500), ("2000000", 2_000_000), ("unlimited", -1)):
+        doc = bkctl_json(capsys, dump5, "autorecovery", "set-rate", given)
+        assert doc == {"replication_rate_bytes_per_s": stored}
+    assert Layout(dump5.store).replication_rate() == -1
+    for bad in ("fast", "0", "5T"):
+        code, _, err = bkctl(capsys, dump5, "autorecovery", "set-rate", bad)
+        assert code == ExitCode.USAGE and err.count("\n") == 1, (bad, err)
+
+
 def test_trigger_audit_rewrites_the_delay(capsys: pytest.CaptureFixture[str], dump5: LoadedDump) -> None:
     layout = Layout(dump5.store)
     before = layout.store.get(layout.ur_path("lostBookieRecoveryDelay"))[1].version
@@ -256,6 +272,18 @@ def test_status_lists_the_daemons(capsys: pytest.CaptureFixture[str], dump5: Loa
     assert bkctl_json(capsys, dump5, "autorecovery", "status")["daemons"] == [
         {"daemon": "w1", "copying": [7]}
     ]
+
+
+def test_status_estimates_what_is_left(capsys: pytest.CaptureFixture[str], dump5: LoadedDump) -> None:
+    layout = Layout(dump5.store)
+    (ledger_id, md), *_ = [(i, md) for i, md in layout.read_ledgers(layout.ledger_ids()) if md.length]
+    layout.mark_underreplicated(ledger_id, [B1, B2])
+    layout.publish_daemon_status("w1", b'{"bytes_per_s": 100, "ledgers_per_s": 0.5}')
+    layout.publish_daemon_status("w2", b'{"bytes_per_s": 100, "ledgers_per_s": 0.5}')
+    doc = bkctl_json(capsys, dump5, "autorecovery", "status")
+    left = round(md.length * md.write_quorum / md.ensemble_size * 2)
+    assert (doc["bytes_left"], doc["bytes_per_s"], doc["ledgers_per_s"]) == (left, 200, 1.0)
+    assert doc["eta_s"] == max(round(left / 200), 1)
 
 
 def test_auditor_with_a_live_vote(capsys: pytest.CaptureFixture[str], dump5: LoadedDump) -> None:

@@ -3,6 +3,7 @@ under-replication, auditor votes and flags, checked against a real Java cluster'
 
 from __future__ import annotations
 
+import random
 import threading
 from dataclasses import replace
 
@@ -396,6 +397,57 @@ def test_a_lock_is_released_only_by_the_session_holding_it(store_target: StoreTa
     assert not layout.mark_replicated(5, 1)  # a stale version: the mark stays, and so does the lock
     assert layout.lock_holder(5) == "w2"
     assert Layout(worker).mark_replicated(5, 0) and layout.lock_holder(5) is None
+
+
+def test_take_locks_free_marks_by_a_random_descent(store_target: StoreTarget) -> None:
+    store, other = store_target.open(), store_target.open()
+    layout = Layout(store)
+    layout.init_cluster()
+    marked = [1, 2, 3, 1 << 20, (1 << 40) + 5]
+    for ledger_id in marked:
+        assert layout.mark_underreplicated(ledger_id, [B3])
+    assert Layout(other).lock_underreplicated(2, "other") is not None
+    taken, seen = layout.take_underreplicated(3, "w", skip={3}, rng=random.Random(1))
+    assert len(taken) == 3 and seen >= 3
+    assert {t.ledger_id for t in taken} <= {1, 1 << 20, (1 << 40) + 5}  # 2 is locked, 3 skipped
+    assert all(t.replicas == (B3,) and t.version == 0 for t in taken)
+    assert all(layout.lock_holder(t.ledger_id) == "w" for t in taken)
+    again, _ = layout.take_underreplicated(5, "w", rng=random.Random(2))
+    assert [t.ledger_id for t in again] == [3]  # the rest are locked
+    for mark in [*taken, *again]:  # one request each: the mark, its level and the lock
+        assert layout.mark_replicated(mark.ledger_id, mark.version, mark.session_id)
+        assert layout.lock_holder(mark.ledger_id) is None
+    assert list(layout.underreplicated_ids()) == [2]
+    assert store.children("/ledgers/underreplication/ledgers/0000/0000/0000") == ["0002"]
+    assert layout.take_underreplicated(1, "w") == ([], 1)
+
+
+def test_take_newest_first_takes_the_highest_ids(store: MetadataStore) -> None:
+    layout = Layout(store)
+    for ledger_id in (3, 70_000, 9, (1 << 33) + 1, 5):
+        layout.mark_underreplicated(ledger_id, [B3])
+    order = []
+    for _ in range(5):
+        (mark,), _ = layout.take_underreplicated(1, "w", skip=order, newest_first=True)
+        order.append(mark.ledger_id)
+    assert order == [(1 << 33) + 1, 70_000, 9, 5, 3]
+
+
+def test_take_passes_over_a_mark_gone_after_the_listing_and_a_remark_survives(
+    store_target: StoreTarget,
+) -> None:
+    store = store_target.open()
+    layout = Layout(store)
+    layout.mark_underreplicated(9, [B3])
+    (mark,), _ = layout.take_underreplicated(1, "w")
+    layout.mark_underreplicated(9, [B4])  # re-marked while being replicated: must survive
+    assert not layout.mark_replicated(9, mark.version, mark.session_id)
+    assert layout.lock_holder(9) is None and layout.read_underreplicated(9) is not None
+    store.delete("/ledgers/underreplication/ledgers/0000/0000/0000/0009/urL0000000009")
+    assert layout.take_underreplicated(1, "w")[0] == []  # its empty level is left: no lock kept
+    assert layout.lock_holder(9) is None
+    assert layout.mark_underreplicated(9, [B3])  # over the empty level left behind
+    assert layout.read_underreplicated(9) is not None
 
 
 def test_malformed_marks_are_reported_and_skipped(store: MetadataStore) -> None:

@@ -339,3 +339,43 @@ async def test_entries_missing_between_a_fragments_first_and_last_are_found_and_
         if daemon is not None:
             await bounded(daemon.stop())
         await cluster.stop()
+
+
+@twisted_test
+async def test_a_bookie_back_empty_under_its_own_id_is_refilled_in_place(tmp_path: Path) -> None:
+    """A wiped disk started under the same id (BookKeeper #3905): its cookie is made again, the auditor
+    sees the new cookie and marks the ledgers naming the bookie, the worker checks them and copies what
+    it lacks back to it in place, the ensembles unchanged: with 3 bookies and ensembles of 3 no other
+    bookie can take the copy. Its absence alone marks nothing (lostBookieRecoveryDelay of an hour)."""
+    from tests.server_net.live import start_bookie
+
+    cluster = await Cluster(tmp_path).start(3)
+    assert cluster.store is not None and cluster.layout is not None
+    layout = cluster.layout
+    await in_thread(layout.set_lost_bookie_recovery_delay, 3600)
+    daemon = autorecovery_daemon(Layout(cluster.store), reactor, "ar", worker_config=FAST)
+    await bounded(daemon.start())
+    try:
+        ids = await write_ledgers(cluster, 3, 40)
+        wiped = str(cluster.bookies[0].bookie_id)
+        await until(lambda: layout.cookie_generations([wiped])[wiped][1] is not None, "first cookie seen")
+        before = {i: md.segments for i, md in await in_thread(lambda: list(layout.read_ledgers(ids)))}
+        await bounded(cluster.bookies[0].stop())
+        await in_thread(layout.delete_cookie, wiped)  # `bkctl bookie format`: cookie and data gone
+        port = wiped.rsplit(":", 1)[1]
+        cluster.bookies[0] = await start_bookie(tmp_path, "b1-empty", cluster.uri, bookiePort=port)
+        assert str(cluster.bookies[0].bookie_id) == wiped
+
+        def refilled() -> bool:
+            gens = layout.cookie_generations([wiped])[wiped]
+            return gens[0] == gens[1] and not list(layout.underreplicated_ids())
+
+        await until(refilled, "the new cookie audited and every mark gone")
+        after = {i: md.segments for i, md in await in_thread(lambda: list(layout.read_ledgers(ids)))}
+        assert after == before  # refilled in place: no ensemble changed
+        for ledger_id in ids:
+            await assert_fully_replicated(cluster, ledger_id, set())
+        assert daemon.status()["ledgers_replicated"] >= len(ids)
+    finally:
+        await bounded(daemon.stop())
+        await cluster.stop()

@@ -24,15 +24,26 @@ def test_keys_in_javas_units() -> None:
             "openLedgerRereplicationGracePeriod": "3000",
             "rwRereplicateBackoffMs": "250",
             "lockReleaseOfFailedLedgerGracePeriod": "60000",
+            "replicationRateByBytes": "5000000",
+            "replicationNewestFirst": "true",
         },
         parallel=8,
     )
     assert (auditor.lost_bookie_recovery_delay_s, auditor.periodic_bookie_check_interval_s) == (60, 0)
     assert (worker.open_ledger_grace_s, worker.backoff_start_s, worker.backoff_max_s) == (3.0, 0.25, 60.0)
     assert worker.parallel == 8
+    assert (worker.replication_rate_bytes, worker.newest_first) == (5_000_000, True)
 
 
-@pytest.mark.parametrize("key,value", [("lostBookieRecoveryDelay", "-1"), ("rwRereplicateBackoffMs", "soon")])
+@pytest.mark.parametrize(
+    "key,value",
+    [
+        ("lostBookieRecoveryDelay", "-1"),
+        ("rwRereplicateBackoffMs", "soon"),
+        ("replicationRateByBytes", "-2"),
+        ("replicationNewestFirst", "maybe"),
+    ],
+)
 def test_bad_values_are_usage_errors(key: str, value: str) -> None:
     with pytest.raises(UsageError, match=key):
         daemon_config({key: value})
