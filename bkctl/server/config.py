@@ -16,6 +16,7 @@ from typing import Any, Final
 from bkctl import limits
 from bkctl.errors import UsageError
 from bkctl.model import BookieId
+from bkctl.server.ledger_storage import engine_of_class
 from bkctl.tls import SERVER_KEYS as TLS_KEYS
 from bkctl.tls import TlsSettings, server_settings
 
@@ -41,6 +42,7 @@ class BookieConfig:
     journal_dirs: tuple[Path, ...] = (Path("/tmp/bk-txn"),)
     ledger_dirs: tuple[Path, ...] = (Path("/tmp/bk-data"),)
     index_dirs: tuple[Path, ...] | None = None  # None: the ledger directories
+    storage: str = "interleaved"  # ledgerStorageClass: "interleaved" or "db" (server/ledger_storage.py)
     journal_max_group_wait_ms: float = 2.0
     journal_buffered_writes_threshold: int = 512 * 1024
     journal_buffered_entries_threshold: int = 0
@@ -284,6 +286,7 @@ KEYS: Final[Mapping[str, Setter]] = {
     "journalDirectory": _field("journal_dirs", _dirs),
     "ledgerDirectories": _field("ledger_dirs", _dirs),
     "indexDirectories": _field("index_dirs", _dirs),
+    "ledgerStorageClass": _field("storage", lambda k, v: engine_of_class(_text(k, v))),
     "journalMaxGroupWaitMSec": _field("journal_max_group_wait_ms", lambda k, v: _float(k, v, 0, 60_000)),
     "journalBufferedWritesThreshold": _field(
         "journal_buffered_writes_threshold", lambda k, v: _int(k, v, 0, 1 << 30)
