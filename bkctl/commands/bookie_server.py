@@ -53,7 +53,7 @@ StorageOption = Annotated[
 ]
 
 
-def _storage_class(storage: str | None) -> str | None:
+def storage_class(storage: str | None) -> str | None:
     """The ledgerStorageClass of a --storage value (None: the conf's, else interleaved)."""
     from bkctl.server.ledger_storage import ENGINE_CLASSES
 
@@ -152,7 +152,7 @@ def start(
         httpServerPort=None if http_port is None else str(http_port),
         forceReadOnlyBookie="true" if readonly else None,
         bindAddress=bind,
-        ledgerStorageClass=_storage_class(storage),
+        ledgerStorageClass=storage_class(storage),
     )
     uri = _metadata_uri(metadata, config)
     for name in ("bkctl.bookie", "bkctl.recovery"):
