@@ -35,6 +35,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(entrylog, name="entrylog")
     index = typer.Typer(help="Inspect ledger index files offline (read-only).", no_args_is_help=True)
     index.command("inspect")(inspect_index.index_inspect)
+    index.command("ledgers")(inspect_index.index_ledgers)
     app.add_typer(index, name="index")
     app.command("lastmark")(lastmark)
 

@@ -11,6 +11,7 @@ passes its options), `ldb` needs `--ignore_unknown_options`.
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Final
@@ -71,10 +72,21 @@ class KeyValueDb:
         self.path = path
         if read_only and not (path / "CURRENT").is_file():
             raise CorruptDataError(f"{path}: no RocksDB database here (no CURRENT file)")
-        access = rd.AccessType.read_only() if read_only else rd.AccessType.read_write()
+        self._scratch: tempfile.TemporaryDirectory[str] | None = None
+        where = path
+        access = rd.AccessType.read_write()
+        if read_only:
+            # rocksdict writes its own rocksdict-config.json into the directory it opens, even read-only:
+            # open a scratch directory of symlinks to the database's files instead, so nothing changes.
+            self._scratch = tempfile.TemporaryDirectory(prefix="bkctl-rocksdb-")
+            where = Path(self._scratch.name)
+            for item in path.iterdir():
+                (where / item.name).symlink_to(item.absolute())
+            access = rd.AccessType.read_only()
         try:
-            self._db = rd.Rdict(str(path), _options(huge), access_type=access)
+            self._db = rd.Rdict(str(where), _options(huge), access_type=access)
         except Exception as exc:  # rocksdict raises plain Exception with RocksDB's status text
+            self._cleanup()
             raise CorruptDataError(f"{path}: cannot open RocksDB database: {exc}") from None
         self._sync = rd.WriteOptions()
         self._sync.sync = True
@@ -128,3 +140,9 @@ class KeyValueDb:
 
     def close(self) -> None:
         self._db.close()
+        self._cleanup()
+
+    def _cleanup(self) -> None:
+        if self._scratch is not None:
+            self._scratch.cleanup()
+            self._scratch = None

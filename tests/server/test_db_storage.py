@@ -165,3 +165,26 @@ def _ldb_scan(db: Path) -> list[str]:
     command = ["ldb", f"--db={db}", "--ignore_unknown_options", "scan", "--hex"]
     scan = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
     return scan.stdout.splitlines()
+
+
+def test_index_inspect_and_ledgers_read_a_java_db_dir_without_changing_it(tmp_path: Path) -> None:
+    from tests.test_inspect import invoke, invoke_json, run_guarded
+
+    with tarfile.open(DATA / "java-db-bookie1.tgz") as archive:
+        archive.extractall(tmp_path, filter="data")
+    ledger_dir = tmp_path / "ledgers"
+    code, _, err, _ = run_guarded(
+        [ledger_dir], "index", "inspect", "-l", "1", "--ledger-dir", str(ledger_dir)
+    )
+    assert code == 0, err
+    doc = invoke_json("index", "inspect", "-l", "1", "--ledger-dir", str(ledger_dir / "current"))
+    assert doc["storage"] == "db" and doc["master_key"] == KEY.hex() and not doc["fenced"]
+    assert [e["entry_id"] for e in doc["entries"]] == [e for e in range(50) if _placement(1, e)]
+    assert doc["entries"][0] == {"entry_id": 0, "log_id": 0, "offset": 34971}  # Java's `ledger -m 1`
+    assert doc["last_entry_id"] == 48 and doc["missing"] == 16
+    listed = invoke_json("index", "ledgers", str(ledger_dir))["ledgers"]
+    assert [(row["ledger_id"], row["fenced"], row["master_key"]) for row in listed] == [
+        (ledger_id, False, KEY.hex()) for ledger_id in range(4)
+    ]
+    assert invoke("index", "inspect", "-l", "9", "--ledger-dir", str(ledger_dir))[0] == 4
+    assert invoke("index", "ledgers", str(tmp_path / "nothing"))[0] == 2
