@@ -49,7 +49,7 @@ def index_inspect(
     fmt = resolve(output)
     if path is None:
         assert ledger is not None and ledger_dir is not None
-        current = _db_current(ledger_dir)
+        current = db_current(ledger_dir)
         if current is not None:
             _db_ledger_inspect(current, ledger, fmt)
             return
@@ -83,7 +83,7 @@ def index_inspect(
     failures.raise_if_any()
 
 
-def _db_current(ledger_dir: Path) -> Path | None:
+def db_current(ledger_dir: Path) -> Path | None:
     """The `current/` of a DbLedgerStorage ledger dir (RocksDB databases in it), else None."""
     from bkctl.server.ledger_storage import DB, found_engine
 
@@ -167,7 +167,7 @@ def index_ledgers(
     from bkctl.protocol import db_format as dbf
     from bkctl.server.db_ledger_index import open_ledgers
 
-    current = _db_current(ledger_dir)
+    current = db_current(ledger_dir)
     if current is None:
         raise UsageError(f"{ledger_dir}: no DbLedgerStorage databases (current/ledgers, current/locations)")
     fmt = resolve(output)

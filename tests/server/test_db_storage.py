@@ -14,6 +14,7 @@ from bkctl.errors import UsageError
 from bkctl.protocol import db_format as dbf
 from bkctl.protocol.wire import ReturnCode as RC
 from bkctl.server.db_ledger_index import open_ledgers, open_locations, read_ledgers
+from bkctl.server.rocksdb_store import KeyValueDb
 from bkctl.server.storage import Storage
 from tests.conftest import REPO
 from tests.server.crash_writer import assert_served_right, run_until_killed
@@ -188,3 +189,28 @@ def test_index_inspect_and_ledgers_read_a_java_db_dir_without_changing_it(tmp_pa
     ]
     assert invoke("index", "inspect", "-l", "9", "--ledger-dir", str(ledger_dir))[0] == 4
     assert invoke("index", "ledgers", str(tmp_path / "nothing"))[0] == 2
+
+
+def test_index_rebuild_gives_java_locations_key_for_key_and_resumes(tmp_path: Path) -> None:
+    from tests.test_inspect import invoke, invoke_json
+
+    with tarfile.open(DATA / "java-db-bookie1.tgz") as archive:
+        archive.extractall(tmp_path, filter="data")
+    current = tmp_path / "ledgers" / "current"
+    before = _scan(current / dbf.LOCATIONS_DB)
+    (current / "locations.rebuilding").mkdir()  # left by a killed rebuild
+    (current / "locations.rebuilding" / "000001.log").write_bytes(b"junk")
+    report = invoke_json("index", "rebuild", str(tmp_path / "ledgers"))
+    assert report["keys"] == len(before) == 2767 and report["entry_logs"] == [0, 1, 2]
+    assert _scan(current / dbf.LOCATIONS_DB) == before
+    assert _scan(Path(report["backup"])) == before
+    assert not (current / "locations.rebuilding").exists()
+    assert invoke("index", "rebuild", str(tmp_path / "nothing"))[0] == 2
+
+
+def _scan(db: Path) -> list[tuple[bytes, bytes]]:
+    locations = KeyValueDb(db, huge=True, read_only=True)
+    try:
+        return list(locations.items())
+    finally:
+        locations.close()
