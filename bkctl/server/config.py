@@ -56,6 +56,7 @@ class BookieConfig:
     flush_interval_ms: int = 10_000
     ledger_cache_pages_max: int = -1  # -1: the storage engine's default
     write_cache_max_bytes: int = -1  # -1: the storage engine's default
+    db_write_cache_max_bytes: int = -1  # dbStorage_writeCacheMaxSizeMb: the db engine's, over the above
     read_only: bool = False  # start (and stay) read-only
     read_only_mode_enabled: bool = True  # go read-only when the disks fill up (else stop the bookie)
     disk_usage_threshold: float = 0.95
@@ -304,6 +305,7 @@ KEYS: Final[Mapping[str, Setter]] = {
     "flushInterval": _field("flush_interval_ms", lambda k, v: _int(k, v, 1, 86_400_000)),
     "pageLimit": _field("ledger_cache_pages_max", lambda k, v: _int(k, v, -1, 1 << 30)),
     "skipListSizeLimit": _field("write_cache_max_bytes", lambda k, v: _int(k, v, 1024 * 1024, 1 << 40)),
+    "dbStorage_writeCacheMaxSizeMb": _field("db_write_cache_max_bytes", _mib),
     "forceReadOnlyBookie": _field("read_only", _bool),
     "readOnlyModeEnabled": _field("read_only_mode_enabled", _bool),
     "diskUsageThreshold": _field("disk_usage_threshold", lambda k, v: _float(k, v, 0.0, 1.0)),

@@ -52,6 +52,8 @@ def storage_config(config: BookieConfig) -> StorageConfig:
         extra["ledger_cache_pages_max"] = config.ledger_cache_pages_max
     if config.write_cache_max_bytes > 0:
         extra["write_cache_max_bytes"] = config.write_cache_max_bytes
+    if config.storage == "db" and config.db_write_cache_max_bytes > 0:
+        extra["write_cache_max_bytes"] = config.db_write_cache_max_bytes  # Java's key for that engine
     return StorageConfig(
         journal_dirs=config.journal_dirs,
         ledger_dirs=config.ledger_dirs,

@@ -243,3 +243,22 @@ async def test_convert_both_ways_verified_and_resumable(tmp_path: Path) -> None:
     assert not list(current.glob("*/*/*.idx")) and not list(current.glob("*.converting"))
     assert invoke("bookie", "convert", "--to", "db", "--ledger-dir", str(ledger_dir))[0] == 2
     assert invoke("bookie", "convert", "--to", "x", "--ledger-dir", str(ledger_dir))[0] == 2
+
+
+@twisted_test
+async def test_deleted_ledger_leaves_both_databases(tmp_path: Path) -> None:
+    durable = Durable()
+    storage = started(tmp_path, durable, engine="db")
+    await add_all(storage, durable, 4, 5)
+    await add_all(storage, durable, 6, 5)
+    await storage.checkpoint()
+    assert await storage.ledger_ids() == {4, 6}
+    assert storage.delete_ledger(4)
+    assert storage.read(4, 0) == (RC.ENOLEDGER, b"") and storage.read(6, 4) == (RC.EOK, packaged(6, 4))
+    await storage.stop()
+    again = started(tmp_path, engine="db")
+    assert await again.ledger_ids() == {6} and again.read(4, 0) == (RC.ENOLEDGER, b"")
+    await again.stop()
+    locations = KeyValueDb(tmp_path / "ledgers" / "current" / dbf.LOCATIONS_DB, huge=True, read_only=True)
+    assert {dbf.decode_location_key(k)[0] for k, _ in locations.items()} == {6}
+    locations.close()
