@@ -65,6 +65,7 @@ class DbLedgerIndex:
     def __init__(self, current: Path) -> None:
         self.current = current
         self.page_misses = 0  # no page cache: RocksDB's block cache does that work
+        self.compacting = False
         self._lock = threading.Lock()
         self._ledgers_db: KeyValueDb | None = None
         self._locations_db: KeyValueDb | None = None
@@ -202,6 +203,18 @@ class DbLedgerIndex:
 
     def forget_pages(self) -> None:
         pass
+
+    def compact_locations(self) -> None:
+        """Compact the locations db (entry location compaction; blocking: call off the reactor)."""
+        self.compacting = True
+        try:
+            self._locations.compact()
+        except Exception as exc:  # rocksdict raises plain Exception with RocksDB's status text
+            log.error("%s: entry location compaction failed: %s", self._locations.path, exc)
+            raise
+        finally:
+            self.compacting = False
+        log.info("%s: entry location compaction done", self._locations.path)
 
     def close(self) -> None:
         for db in (self._locations_db, self._ledgers_db):

@@ -128,6 +128,37 @@ class Gc(_Leaf):
         return _answer_when_done(request, run)
 
 
+class EntryLocationCompact(_Leaf):
+    """Java's entry location compaction (DbLedgerStorage): PUT with `{"entryLocationRocksDBCompact": true}`
+    compacts the locations db (`?wait=true`: answers when done); GET: `{ledger dir: compacting}`."""
+
+    def render_GET(self, request: Any) -> bytes:
+        storage = self.bookie.storage
+        if storage is None:
+            return _json(request, {"error": "the bookie is not serving yet"}, 503)
+        return _json(request, storage.entry_locations_compacting())
+
+    def render_PUT(self, request: Any) -> Any:
+        storage = self.bookie.storage
+        if storage is None:
+            return _json(request, {"error": "the bookie is not serving yet"}, 503)
+        try:
+            options = json.loads(request.content.read() or b"{}")
+            if not isinstance(options, dict) or options.get("entryLocationRocksDBCompact") is not True:
+                raise ValueError('expected {"entryLocationRocksDBCompact": true}')
+        except ValueError as exc:
+            return _json(request, {"error": f"bad request body: {exc}"}, 400)
+        run = storage.compact_entry_locations()
+        if run is None:
+            return _json(
+                request, {"error": "entry location compaction needs db storage (DbLedgerStorage)"}, 400
+            )
+        if request.args.get(b"wait", [b"false"])[0].lower() in (b"true", b"1"):
+            return _answer_when_done(request, run.addCallback(lambda started: {"compacted": started}))
+        run.addErrback(lambda failure: None)  # the index logs a failed compaction
+        return _json(request, f"Triggered entry location compaction on BookieServer: {self.bookie.bookie_id}")
+
+
 class GcDetails(_Leaf):
     """Java's list of GarbageCollectionStatus (one ledger storage), with bkctl's fields added."""
 
@@ -185,6 +216,7 @@ def admin_resource(bookie: BookieView) -> Any:
     bookie_node.putChild(b"info", Info(bookie))
     bookie_node.putChild(b"gc", Gc(bookie))
     bookie_node.putChild(b"gc_details", GcDetails(bookie))
+    bookie_node.putChild(b"entry_location_compact", EntryLocationCompact(bookie))
     bookie_node.putChild(b"list_disk_file", ListDiskFiles(bookie))
     return root
 

@@ -134,6 +134,10 @@ class KeyValueDb:
             return None
         return bytes(it.key()), bytes(it.value())
 
+    def compact(self) -> None:
+        """Compact every level (Java's compact(): the whole key range), e.g. after many deletions."""
+        self._db.compact_range(None, None)
+
     def flush(self) -> None:
         """Memtables to SST files (so a copy of the directory holds the data without the WAL)."""
         self._db.flush(True)

@@ -1009,6 +1009,24 @@ class Storage:
         """Fsync the index files compaction's relocations changed (blocking: call off the reactor)."""
         return self._index.sync_relocated()
 
+    def compact_entry_locations(self) -> Deferred[bool] | None:
+        """Compact the db engine's locations db in a pool thread (True when done); None on the
+        interleaved engine, which has no such db. A compaction already running is not started again."""
+        index = self._index
+        if not isinstance(index, DbLedgerIndex):
+            return None
+        if index.compacting:
+            return succeed(False)
+        pool = self._reactor.getThreadPool()
+        return deferToThreadPool(self._reactor, pool, index.compact_locations).addCallback(lambda _: True)
+
+    def entry_locations_compacting(self) -> dict[str, bool]:
+        index = self._index
+        compacting = isinstance(index, DbLedgerIndex) and index.compacting
+        return (
+            {str(d): compacting for d in self.config.ledger_dirs} if isinstance(index, DbLedgerIndex) else {}
+        )
+
     def retire_entry_log(self, log_id: int) -> None:
         """Close the reader's file of an entry log no index slot names any more, before its removal (the
         unlink itself goes to a pool thread: a big file's takes ~20 ms). Never the current log."""
