@@ -66,15 +66,16 @@ def write_journal(directory: Path, size_bytes: int) -> int:
     return entries
 
 
-def bench_replay(size_mb: int, base: Path) -> dict[str, Any]:
+def bench_replay(size_mb: int, base: Path, engine: str = "interleaved") -> dict[str, Any]:
     directory = base / "replay"
     started = time.perf_counter()
     entries = write_journal(directory, size_mb * 1024 * 1024)
     written_s = time.perf_counter() - started
-    storage = Storage(_config(directory, sync=True), lambda tokens: None, _NoReactor())
+    storage = Storage(_config(directory, sync=True, engine=engine), lambda tokens: None, _NoReactor())
     started = time.perf_counter()
     report = storage.start()
     start_s = time.perf_counter() - started
+    storage._close_files(None)
     return {
         "journal_mb": report.bytes / 1e6,
         "entries": report.entries,
@@ -131,13 +132,34 @@ def bench_adds(base: Path, seconds: float, in_flight: int) -> dict[str, Any]:
     return result
 
 
-def _config(directory: Path, sync: bool) -> StorageConfig:
+def _config(directory: Path, sync: bool, engine: str = "interleaved") -> StorageConfig:
     return StorageConfig(
         journal_dirs=(directory / "journal",),
         ledger_dirs=(directory / "ledgers",),
         journal_sync_data=sync,
         flush_interval_ms=60_000,
+        engine=engine,
     )
+
+
+def bench_cold_reads(base: Path, engine: str, count: int) -> dict[str, Any]:
+    """Reads of `count` random entries through a freshly started storage on the replayed dir: nothing in
+    the bookie's caches (index pages / RocksDB blocks); the OS page cache is as the replay left it."""
+    import random
+
+    storage = Storage(_config(base / "replay", sync=True, engine=engine), lambda tokens: None, _NoReactor())
+    storage.start()
+    last = {ledger_id: storage.read(ledger_id, -1)[1] for ledger_id in range(LEDGERS)}
+    last_ids = {ledger_id: int.from_bytes(data[8:16], "big") for ledger_id, data in last.items()}
+    picks = [
+        (ledger_id, random.randint(0, last_ids[ledger_id]))
+        for ledger_id in random.choices(range(LEDGERS), k=count)
+    ]
+    started = time.perf_counter()
+    failed = sum(1 for ledger_id, entry_id in picks if storage.read(ledger_id, entry_id)[0] != 0)
+    seconds = time.perf_counter() - started
+    storage._close_files(None)
+    return {"reads": count, "failed": failed, "reads_per_s": count / seconds}
 
 
 class _NoReactor:
@@ -157,16 +179,21 @@ def main() -> None:
     parser.add_argument("--in-flight", type=int, default=512, help="adds outstanding in the add run")
     parser.add_argument("--dir", type=Path, default=None, help="work dir (default: a temp dir)")
     parser.add_argument("--replay-only", action="store_true", help="skip the add run")
+    parser.add_argument("--storage", default="interleaved", help="interleaved or db (DbLedgerStorage)")
+    parser.add_argument("--cold-reads", type=int, default=0, help="then time this many random reads")
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="bkctl-replay-", dir=args.dir))
     try:
-        replay = bench_replay(args.size_mb, base)
+        replay = bench_replay(args.size_mb, base, args.storage)
         print(
             f"replay: {replay['journal_mb']:.0f} MB, {replay['entries']} entries "
             f"(journal written in {replay['write_journal_s']:.1f} s); scan {replay['scan_s']:.2f} s; "
             f"start() {replay['start_s']:.2f} s = {replay['start_mb_per_s']:.0f} MB/s"
         )
         assert replay["entries"] == replay["expected_entries"], replay
+        if args.cold_reads:
+            cold = bench_cold_reads(base, args.storage, args.cold_reads)
+            print(f"cold reads ({args.storage}): {cold['reads_per_s']:.0f} reads/s, {cold['failed']} failed")
         if args.replay_only:
             return
         adds = bench_adds(base, args.seconds, args.in_flight)

@@ -36,6 +36,7 @@ COMMAND_MODULES = (
     "bkctl.commands.bookie_gc",
     "bkctl.commands.bookie_state",
     "bkctl.commands.bookie_rack",
+    "bkctl.commands.bookie_convert",
     "bkctl.commands.cluster",
     "bkctl.commands.ledger",
     "bkctl.commands.ledger_data",

@@ -43,6 +43,25 @@ BookieIdOption = Annotated[
     typer.Option("--bookie-id", help="bookieId (default <advertised address or 127.0.0.1>:<port>)."),
 ]
 AdvertisedOption = Annotated[str | None, typer.Option("--advertised-address", help="advertisedAddress.")]
+StorageOption = Annotated[
+    str | None,
+    typer.Option(
+        "--storage",
+        help="Ledger storage: interleaved (.idx files, the default) or db (DbLedgerStorage, RocksDB"
+        " indexes); sets ledgerStorageClass.",
+    ),
+]
+
+
+def storage_class(storage: str | None) -> str | None:
+    """The ledgerStorageClass of a --storage value (None: the conf's, else interleaved)."""
+    from bkctl.server.ledger_storage import ENGINE_CLASSES
+
+    if storage is None:
+        return None
+    if storage not in ENGINE_CLASSES:
+        raise UsageError(f"--storage {storage}: expected one of {', '.join(ENGINE_CLASSES)}")
+    return ENGINE_CLASSES[storage]
 
 
 def register(root: typer.Typer) -> None:
@@ -108,6 +127,7 @@ def start(
         bool, typer.Option("--readonly", "-r", help="Start read-only (forceReadOnlyBookie).")
     ] = False,
     bind: Annotated[str | None, typer.Option("--bind", help="bindAddress to listen on.")] = None,
+    storage: StorageOption = None,
     port_file: Annotated[
         Path | None, typer.Option("--port-file", help="Write the bound port here once serving (for scripts).")
     ] = None,
@@ -132,6 +152,7 @@ def start(
         httpServerPort=None if http_port is None else str(http_port),
         forceReadOnlyBookie="true" if readonly else None,
         bindAddress=bind,
+        ledgerStorageClass=storage_class(storage),
     )
     uri = _metadata_uri(metadata, config)
     for name in ("bkctl.bookie", "bkctl.recovery", "bkctl.http"):

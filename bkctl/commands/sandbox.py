@@ -85,6 +85,13 @@ def sandbox(
         bool,
         typer.Option("--no-restart", help="With --processes: leave a bookie that dies down (say so only)."),
     ] = False,
+    storage: Annotated[
+        str,
+        typer.Option(
+            "--storage",
+            help="Bookies' ledger storage: interleaved (.idx files) or db (DbLedgerStorage: RocksDB).",
+        ),
+    ] = "interleaved",
     output: OutputOption = None,
 ) -> None:
     """Start a local cluster: N bookies on an embedded SQLite store; stays up until Ctrl-C / SIGTERM.
@@ -99,7 +106,11 @@ def sandbox(
     uri = metadata or f"sqlite://{root / 'metadata.db'}"
     port = base_port if base_port is not None else (0 if demo else DEFAULT_BASE_PORT)
     count = bookies if bookies is not None else (4 if demo else 3)
+    from bkctl.commands.bookie_server import storage_class
+
+    storage_class(storage)  # a bad value is a usage error before anything starts
     sandbox = _Sandbox(root, uri, count, port, fmt, demo, processes, restart=not no_restart)
+    sandbox.storage = storage
     sandbox.autorecovery = not no_autorecovery
     leftovers = _Leftovers(root, own_store=metadata is None)
     try:
@@ -178,6 +189,7 @@ class _Sandbox:
         self.failure: list[BaseException] = []
         self.stopping = False  # Ctrl-C / SIGTERM seen: what is still starting gives up
         self.announced = False  # serving: the cluster is the operator's now, kept whatever happens
+        self.storage = "interleaved"  # every bookie's --storage
 
     def run(self) -> None:
         from twisted.internet import reactor as the_reactor
@@ -187,7 +199,10 @@ class _Sandbox:
         if self.processes:
             from bkctl.commands.sandbox_procs import start_children
 
-            self.children, self.child_ids = start_children(self.root, self.uri, self.count, self.base_port)
+            storage = ("--storage", self.storage)
+            self.children, self.child_ids = start_children(
+                self.root, self.uri, self.count, self.base_port, storage
+            )
         reactor.callWhenRunning(lambda: self._go().addErrback(self._failed))
         reactor.addSystemEventTrigger("before", "shutdown", self._stop_all)
         run_until_stopped(reactor)
@@ -264,6 +279,7 @@ class _Sandbox:
         await next(s for s in self.services if s.bookie_id == bookie_id).stop()
 
     async def _start_bookie(self, index: int) -> BookieService:
+        from bkctl.commands.bookie_server import storage_class
         from bkctl.server.config import load_config
         from bkctl.server.service import BookieService
 
@@ -278,6 +294,7 @@ class _Sandbox:
                 # admin HTTP (info, metrics, gc) on a free port, registered: `bkctl doctor` reads disks there
                 "httpServerEnabled": "true",
                 "httpServerPort": "0",
+                "ledgerStorageClass": storage_class(self.storage) or "",
             }
         )
         service = BookieService(config, self.uri, self.reactor)

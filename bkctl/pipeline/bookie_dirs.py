@@ -25,3 +25,8 @@ def index_files(bookie: BookieDirs) -> list[Path]:
     for current in bookie.ledger_dirs:
         files += [p for p in current.glob("*/*/*.idx") if ixf.parse_index_file_name(p.name) is not None]
     return sorted(files)
+
+
+def db_dirs(bookie: BookieDirs) -> list[Path]:
+    """The bookie's ledger dirs (`current/`) holding DbLedgerStorage's locations db."""
+    return sorted(current for current in bookie.ledger_dirs if (current / "locations" / "CURRENT").is_file())

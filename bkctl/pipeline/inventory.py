@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from bkctl import limits
-from bkctl.errors import BkctlError, UsageError
+from bkctl.errors import BkctlError, CorruptDataError, UsageError
 from bkctl.files.chunks import open_read_only
 from bkctl.files.index import IndexFile, index_entries, open_index
 from bkctl.files.marks import read_last_mark
@@ -178,6 +178,81 @@ def index_holdings(
     except (BkctlError, OSError) as exc:
         rows = [problem_row(bookie.bookie_id, f"{path}: {exc}")]
     yield from rows
+
+
+DB_KEYS_PER_READ = 65536  # locations db keys turned into numpy arrays at once
+
+
+def db_holdings(
+    bookie: BookieDirs, current: Path, verify: Verify | None, logs: set[int] | None = None
+) -> Iterator[HoldingRow]:
+    """What a DbLedgerStorage dir's locations db says the bookie holds (a problem row when it cannot be
+    read), ledger by ledger; the keys are decoded by numpy a chunk at a time, as index slots are."""
+    from bkctl.server.db_ledger_index import open_locations
+
+    try:
+        db = open_locations(current, read_only=True)
+    except (BkctlError, OSError) as exc:
+        yield problem_row(bookie.bookie_id, f"{current}: {exc}")
+        return
+    known = np.fromiter(entry_log_ids(bookie) if logs is None else logs, dtype=np.int64)
+    try:
+        pending: tuple[int, list[Any], list[Any]] | None = None  # a ledger running across chunks
+        for keys, values in _db_chunks(db):
+            for ledger_id, ids, locations in _by_ledger(keys, values, known):
+                if pending is not None and pending[0] != ledger_id:
+                    yield from _db_ledger_rows(bookie, *pending, verify)
+                    pending = None
+                pending = pending or (ledger_id, [], [])
+                pending[1].append(ids)
+                pending[2].append(locations)
+        if pending is not None:
+            yield from _db_ledger_rows(bookie, *pending, verify)
+    except (BkctlError, OSError) as exc:
+        yield problem_row(bookie.bookie_id, f"{current}: {exc}")
+    finally:
+        db.close()
+
+
+def _db_chunks(db: Any) -> Iterator[tuple[npt.NDArray[Any], npt.NDArray[Any]]]:
+    keys: list[bytes] = []
+    values: list[bytes] = []
+    for key, value in db.items():
+        if len(key) != 16 or len(value) != 8:
+            raise CorruptDataError(f"key {key.hex()}: not a locations db key and value")
+        keys.append(key)
+        values.append(value)
+        if len(keys) >= DB_KEYS_PER_READ:
+            yield _arrays(keys, values)
+            keys, values = [], []
+    if keys:
+        yield _arrays(keys, values)
+
+
+def _arrays(keys: list[bytes], values: list[bytes]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
+    pairs = np.frombuffer(b"".join(keys), dtype=">i8").reshape(-1, 2).astype(np.int64)
+    return pairs, np.frombuffer(b"".join(values), dtype=">u8")
+
+
+def _by_ledger(
+    pairs: npt.NDArray[Any], locations: npt.NDArray[Any], logs: npt.NDArray[np.int64]
+) -> Iterator[tuple[int, bitmaps.Ids, Any]]:
+    """(ledger id, entry ids, locations) of the keys in one chunk whose location names an existing log."""
+    present = (locations != 0) & np.isin((locations >> 32).astype(np.int64), logs)
+    pairs, locations = pairs[present], locations[present]
+    if not len(pairs):
+        return
+    starts = np.flatnonzero(np.r_[True, pairs[1:, 0] != pairs[:-1, 0]])
+    for start, stop in zip(starts, [*starts[1:], len(pairs)], strict=True):
+        yield int(pairs[start, 0]), pairs[start:stop, 1], locations[start:stop]
+
+
+def _db_ledger_rows(
+    bookie: BookieDirs, ledger_id: int, ids: list[Any], locations: list[Any], verify: Verify | None
+) -> Iterator[HoldingRow]:
+    all_ids, all_locations = np.concatenate(ids), np.concatenate(locations)
+    checks = None if verify is None else _check_slots(bookie, ledger_id, all_ids, all_locations, verify)
+    yield from holding_rows(bookie.bookie_id, ledger_id, all_ids, checks)
 
 
 def _present_slots(index: IndexFile, logs: npt.NDArray[np.int64]) -> Iterator[tuple[bitmaps.Ids, Any]]:

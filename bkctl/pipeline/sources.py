@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
 from bkctl.model import DigestType
-from bkctl.pipeline.bookie_dirs import BookieDirs, index_files
+from bkctl.pipeline.bookie_dirs import BookieDirs, db_dirs, index_files
 
 if TYPE_CHECKING:
     from bkctl.pipeline.inventory import HoldingRow, Verify
@@ -153,6 +153,7 @@ class BookieFilesReader(DataSourceReader):
             files = [str(p) for p in index_files(bookie)]
             for start in range(0, len(files), FILES_PER_PARTITION_MAX):
                 parts.append(InputPartition(("index", i, files[start : start + FILES_PER_PARTITION_MAX])))
+            parts += [InputPartition(("db", i, [str(d)])) for d in db_dirs(bookie)]
             parts += [InputPartition(("journal", i, [str(d)])) for d in sorted(bookie.journal_dirs)]
         return parts or [InputPartition(("none", 0, []))]
 
@@ -166,10 +167,12 @@ class BookieFilesReader(DataSourceReader):
         from bkctl.pipeline import inventory
 
         verify = _decode_verify(self.options)
-        logs = inventory.entry_log_ids(bookie) if kind == "index" else set()
+        logs = inventory.entry_log_ids(bookie) if kind in ("index", "db") else set()
         for path in map(Path, paths):
             if kind == "index":
                 yield from inventory.index_holdings(bookie, path, verify, logs)
+            elif kind == "db":
+                yield from inventory.db_holdings(bookie, path, verify, logs)
             else:
                 yield from inventory.journal_holdings(bookie, path, verify)
 

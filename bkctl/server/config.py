@@ -21,6 +21,7 @@ from bkctl.model import BookieId
 from bkctl.protocol.properties import bool_key as _bool
 from bkctl.protocol.properties import float_key as _float
 from bkctl.protocol.properties import int_key as _int
+from bkctl.server.storage_kind import configured_kind
 from bkctl.tls import SERVER_KEYS as TLS_KEYS
 from bkctl.tls import TlsSettings, server_settings
 
@@ -49,6 +50,7 @@ class BookieConfig:
     journal_dirs: tuple[Path, ...] = (Path("/tmp/bk-txn"),)
     ledger_dirs: tuple[Path, ...] = (Path("/tmp/bk-data"),)
     index_dirs: tuple[Path, ...] | None = None  # None: the ledger directories
+    storage: str = "interleaved"  # ledgerStorageClass: "interleaved" or "db" (server/ledger_storage.py)
     journal_max_group_wait_ms: float = 2.0
     journal_buffered_writes_threshold: int = 512 * 1024
     journal_buffered_entries_threshold: int = 0
@@ -62,6 +64,7 @@ class BookieConfig:
     flush_interval_ms: int = 10_000
     ledger_cache_pages_max: int = -1  # -1: the storage engine's default
     write_cache_max_bytes: int = -1  # -1: the storage engine's default
+    db_write_cache_max_bytes: int = -1  # dbStorage_writeCacheMaxSizeMb: the db engine's, over the above
     read_only: bool = False  # start (and stay) read-only
     read_only_mode_enabled: bool = True  # go read-only when the disks fill up (else stop the bookie)
     disk_usage_threshold: float = 0.95
@@ -87,7 +90,6 @@ class BookieConfig:
     force_gc_when_full: bool = True  # isForceGCAllowWhenNoSpace; Java: false
     gc_overreplicated_wait_ms: int = 86_400_000  # gcOverreplicatedLedgerWaitTime; 0: off
     tls: TlsSettings | None = None  # START_TLS (bkctl/tls.py): None answers it EBADREQ, as Java
-    storage_class: str | None = None  # ledgerStorageClass: decided by server/storage_kind.py
     unused_keys: tuple[str, ...] = ()  # keys of the conf bkctl does not implement (warned at start)
     properties: tuple[tuple[str, str], ...] = ()  # the keys given, as given (admin HTTP server_config)
 
@@ -272,6 +274,7 @@ KEYS: Final[Mapping[str, Setter]] = {
     "journalDirectory": _field("journal_dirs", _dirs),
     "ledgerDirectories": _field("ledger_dirs", _dirs),
     "indexDirectories": _field("index_dirs", _dirs),
+    "ledgerStorageClass": _field("storage", lambda k, v: configured_kind(_text(k, v))),
     "journalMaxGroupWaitMSec": _field("journal_max_group_wait_ms", lambda k, v: _float(k, v, 0, 60_000)),
     "journalBufferedWritesThreshold": _field(
         "journal_buffered_writes_threshold", lambda k, v: _int(k, v, 0, 1 << 30)
@@ -289,6 +292,7 @@ KEYS: Final[Mapping[str, Setter]] = {
     "flushInterval": _field("flush_interval_ms", lambda k, v: _int(k, v, 1, 86_400_000)),
     "pageLimit": _field("ledger_cache_pages_max", lambda k, v: _int(k, v, -1, 1 << 30)),
     "skipListSizeLimit": _field("write_cache_max_bytes", lambda k, v: _int(k, v, 1024 * 1024, 1 << 40)),
+    "dbStorage_writeCacheMaxSizeMb": _field("db_write_cache_max_bytes", _mib),
     "forceReadOnlyBookie": _field("read_only", _bool),
     "readOnlyModeEnabled": _field("read_only_mode_enabled", _bool),
     "diskUsageThreshold": _field("disk_usage_threshold", lambda k, v: _float(k, v, 0.0, 1.0)),
@@ -321,7 +325,6 @@ KEYS: Final[Mapping[str, Setter]] = {
     "gcOverreplicatedLedgerWaitTime": _field(
         "gc_overreplicated_wait_ms", lambda k, v: _int(k, v, 0, 1 << 40)
     ),
-    "ledgerStorageClass": _field("storage_class", _text),
     "maxPendingAddsPerConnection": _field(
         "pending_adds_per_connection_max", lambda k, v: _int(k, v, 1, 1_000_000)
     ),
@@ -344,6 +347,8 @@ REFUSED_KEYS: Final[Mapping[str, frozenset[str]]] = {
     "ensemblePlacementPolicy": frozenset(
         {
             "org.apache.bookkeeper.client.RackawareEnsemblePlacementPolicy",
+            "org.apache.bookkeeper.client.RegionAwareEnsemblePlacementPolicy",
+            "org.apache.bookkeeper.client.ZoneawareEnsemblePlacementPolicy",
             "org.apache.bookkeeper.client.DefaultEnsemblePlacementPolicy",
         }
     ),

@@ -115,6 +115,41 @@ class Gc(_Leaf):
         return answer_when_done(request, run)
 
 
+class EntryLocationCompact(_Leaf):
+    """Java's entry location compaction (DbLedgerStorage): PUT with `{"entryLocationRocksDBCompact": true}`
+    compacts the locations db (`?wait=true`: answers when done); GET: `{ledger dir: compacting}`."""
+
+    wrong_method = (
+        "Not found method. Should be PUT to trigger entry location compaction, or GET to get its state."
+    )
+
+    def on_GET(self, request: Any) -> bytes:
+        storage = self.bookie.storage
+        if storage is None:
+            return text(request, NOT_SERVING, 503)
+        return json_answer(request, storage.entry_locations_compacting())
+
+    def on_PUT(self, request: Any) -> Any:
+        storage = self.bookie.storage
+        if storage is None:
+            return text(request, NOT_SERVING, 503)
+        try:
+            options = json_body(request) or {}
+            if not isinstance(options, dict) or options.get("entryLocationRocksDBCompact") is not True:
+                raise ValueError('expected {"entryLocationRocksDBCompact": true}')
+        except ValueError as exc:
+            return text(request, f"bad request body: {exc}", 400)
+        run = storage.compact_entry_locations()
+        if run is None:
+            return text(request, "entry location compaction needs db storage (DbLedgerStorage)", 400)
+        if param(request, "wait") in ("true", "1"):
+            return answer_when_done(request, run.addCallback(lambda started: {"compacted": started}))
+        run.addErrback(lambda failure: None)  # the index logs a failed compaction
+        return json_answer(
+            request, f"Triggered entry location compaction on BookieServer: {self.bookie.bookie_id}"
+        )
+
+
 class GcDetails(_Leaf):
     """Java's list of GarbageCollectionStatus (one ledger storage), with bkctl's fields added."""
 
@@ -190,6 +225,7 @@ def admin_resource(bookie: BookieView) -> Any:
         b"info": Info(bookie),
         b"gc": gc,
         b"gc_details": GcDetails(bookie),
+        b"entry_location_compact": EntryLocationCompact(bookie),
         b"list_disk_file": ListDiskFiles(bookie),
         b"list_bookies": ab.ListBookies(bookie),
         b"last_log_mark": ab.LastLogMark(bookie),

@@ -17,12 +17,13 @@ import struct
 import threading
 from array import array
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from bkctl.errors import CorruptDataError, ProtocolError
+from bkctl.files.index import index_entries, open_index
 from bkctl.protocol import index_format as ixf
 from bkctl.server.fileio import fsync_directory, write_all
 
@@ -301,6 +302,22 @@ class IndexStore:
     def forget_pages(self) -> None:
         with self._lock:
             self._pages.clear()
+
+    def entry_ids(self, ledger_id: int) -> Iterator[int]:
+        """The ledger's indexed entry ids, ascending (reads the file: call off the reactor)."""
+        path = self.find(ledger_id)
+        # An empty file is a checkpoint killed before its header: nothing indexed (see `load`).
+        if path is not None and path.stat().st_size > 0:
+            yield from (e for e, _, _ in index_entries(open_index(path)))
+
+    def open(self) -> None:
+        """Nothing to open ahead: index files are opened as pages are read."""
+
+    def commit(self) -> None:
+        """Nothing to do: `write` fsyncs each file."""
+
+    def close(self) -> None:
+        self.forget_pages()
 
 
 def _pages_of(locations: Mapping[int, int]) -> list[int]:

@@ -54,6 +54,8 @@ def storage_config(config: BookieConfig) -> StorageConfig:
         extra["ledger_cache_pages_max"] = config.ledger_cache_pages_max
     if config.write_cache_max_bytes > 0:
         extra["write_cache_max_bytes"] = config.write_cache_max_bytes
+    if config.storage == "db" and config.db_write_cache_max_bytes > 0:
+        extra["write_cache_max_bytes"] = config.db_write_cache_max_bytes  # Java's key for that engine
     return StorageConfig(
         journal_dirs=config.journal_dirs,
         ledger_dirs=config.ledger_dirs,
@@ -72,6 +74,7 @@ def storage_config(config: BookieConfig) -> StorageConfig:
         disk_usage_threshold=config.disk_usage_threshold,
         disk_usage_lwm_threshold=config.disk_usage_lwm_threshold,
         read_only=config.read_only,
+        engine=config.storage,
         **extra,
     )
 
@@ -127,7 +130,7 @@ class BookieService:
         )
         self._storage_config = storage_config(config)  # validate before anything starts
         # Before any file is written: a storage bkctl does not serve, in the conf or in the directories.
-        check_storage(config.storage_class, config.ledger_dirs)
+        check_storage(config.storage, (*config.ledger_dirs, *config.effective_index_dirs))
         self.storage: Storage | None = None
         self.gc: GarbageCollector | None = None
         self.factory = BookieFactory(

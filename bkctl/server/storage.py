@@ -29,7 +29,6 @@ from twisted.python.failure import Failure
 from bkctl import limits
 from bkctl.errors import CorruptDataError, ProtocolError, UsageError
 from bkctl.files.digests import DigestChecker
-from bkctl.files.index import index_entries, open_index
 from bkctl.files.marks import LAST_MARK_NAME, read_last_mark
 from bkctl.protocol import entry_availability
 from bkctl.protocol import entrylog_format as ef
@@ -37,16 +36,19 @@ from bkctl.protocol import index_format as ixf
 from bkctl.protocol import journal_format as jf
 from bkctl.protocol.journal_format import RecordKind
 from bkctl.protocol.wire import ReturnCode
+from bkctl.server.db_ledger_index import DbLedgerIndex
 from bkctl.server.entrylog import EntryLogReader, EntryLogWriter, existing_log_ids, last_log_id
 from bkctl.server.faults import fault_point
 from bkctl.server.fileio import write_durably
 from bkctl.server.index import IndexStore
 from bkctl.server.journal import JournalSettings, JournalWriter, Mark, list_journals, remove_old_journals
+from bkctl.server.ledger_storage import ENGINES, LedgerIndex
 from bkctl.server.metrics import StorageMetrics
 from bkctl.server.moves import Moved, write_moves
 from bkctl.server.replay import ReplayProgress, ReplayReport, merge_reports, replay
 from bkctl.server.replay_runs import ReplayRuns
 from bkctl.server.start_checks import rebuild_hint
+from bkctl.server.storage_kind import DB, INTERLEAVED, check_storage
 from bkctl.server.write_cache import SIZE_PREFIX, LedgerBuffer, WriteCache, shifted_slots
 
 log = logging.getLogger("bkctl.bookie")
@@ -112,6 +114,7 @@ class StorageConfig:
     disk_usage_threshold: float = 0.95  # diskUsageThreshold: above it the bookie turns read-only
     disk_usage_lwm_threshold: float = 0.90  # diskUsageLwmThreshold: below it, writable again
     read_only: bool = False  # readOnlyModeEnabled + forced read-only at start
+    engine: str = INTERLEAVED  # ledgerStorageClass: where locations and ledger state live (ledger_storage.py)
 
     def __post_init__(self) -> None:
         if not 1 <= len(self.journal_dirs) <= limits.JOURNAL_DIRS_MAX:
@@ -122,7 +125,11 @@ class StorageConfig:
             raise UsageError("a journal dir is listed twice")
         if not self.ledger_dirs:
             raise UsageError("at least one ledger dir is needed")
-        if not self.index_dirs:
+        if self.engine not in ENGINES:
+            raise UsageError(f"storage engine {self.engine!r}: expected one of {', '.join(ENGINES)}")
+        if self.engine == DB and len(self.ledger_dirs) > 1:
+            raise UsageError("db storage serves one ledger directory per bookie for now")
+        if not self.index_dirs or self.engine == DB:  # DbLedgerStorage 4.14 keeps its index in the ledger dir
             object.__setattr__(self, "index_dirs", self.ledger_dirs)
         if self.log_size_limit >= 1 << 31:  # entry offsets must fit the low 32 bits of index slots
             raise UsageError(f"log size limit {self.log_size_limit} must be below 2 GiB")
@@ -201,7 +208,11 @@ class Storage:
         self._on_lost = on_lost
         self._journal_currents = [d / "current" for d in config.journal_dirs]
         self._ledger_currents = [d / "current" for d in config.ledger_dirs]
-        self._index = IndexStore(config.index_dirs, config.ledger_cache_pages_max)
+        self._index: LedgerIndex = (
+            DbLedgerIndex(config.ledger_dirs[0] / "current")
+            if config.engine == DB
+            else IndexStore(config.index_dirs, config.ledger_cache_pages_max)
+        )
         self._reader = EntryLogReader(config.ledger_dirs)
         self._writer = EntryLogWriter(config.ledger_dirs, config.log_size_limit)
         self._journals = [
@@ -242,12 +253,14 @@ class Storage:
         Journals are replayed one after the other: a ledger's records are all in one journal, so the
         order across journals does not matter.
         """
+        check_storage(self.config.engine, (*self.config.ledger_dirs, *self.config.index_dirs))
         for directory in (
             *self._journal_currents,
             *self._ledger_currents,
             *(d / "current" for d in self.config.index_dirs),
         ):
             directory.mkdir(parents=True, exist_ok=True)
+        self._index.open()
         self._writer.open_next(last_log_id(self.config.ledger_dirs))
         marks = self._read_last_marks()
         report = merge_reports(
@@ -351,6 +364,7 @@ class Storage:
         headers = self._dirty_headers()
         for ledger_id in sorted(slots.keys() | headers.keys()):
             self._index.write(ledger_id, headers.get(ledger_id), slots.get(ledger_id, {}))
+        self._index.commit()
 
     def _replay_ledger_state(self, kind: RecordKind, body: memoryview) -> None:
         ledger_id = jf.record_key(body)[0]
@@ -736,9 +750,9 @@ class Storage:
             buffer = cache.ledgers.get(ledger_id) if cache is not None else None
             if buffer is not None:
                 cached.update(entry_id for entry_id, _ in buffer.numbered())
-        path = self._index.find(ledger_id)
         pool = self._reactor.getThreadPool()
-        done = deferToThreadPool(self._reactor, pool, _availability, path, sorted(cached))
+        indexed = self._index.entry_ids(ledger_id)
+        done = deferToThreadPool(self._reactor, pool, _availability, indexed, sorted(cached))
         failed = self._availability_failed
         return done.addCallbacks(lambda body: (_EOK, body), failed, errbackArgs=(ledger_id,))
 
@@ -910,6 +924,7 @@ class Storage:
                 self._index.write_run(ledger_id, header, ledger.first_id, slots[ledger_id])
             else:
                 self._index.write(ledger_id, header, ledger.locations(slots[ledger_id]))
+        self._index.commit()
         # After the cache's slots: an entry rewritten since compaction read it keeps its newer slot.
         for ledger_id, ledger_moves in sorted(relocated.items()):
             self._index.relocate(ledger_id, ledger_moves)
@@ -1013,6 +1028,24 @@ class Storage:
         """Fsync the index files compaction's relocations changed (blocking: call off the reactor)."""
         return self._index.sync_relocated()
 
+    def compact_entry_locations(self) -> Deferred[bool] | None:
+        """Compact the db engine's locations db in a pool thread (True when done); None on the
+        interleaved engine, which has no such db. A compaction already running is not started again."""
+        index = self._index
+        if not isinstance(index, DbLedgerIndex):
+            return None
+        if index.compacting:
+            return succeed(False)
+        pool = self._reactor.getThreadPool()
+        return deferToThreadPool(self._reactor, pool, index.compact_locations).addCallback(lambda _: True)
+
+    def entry_locations_compacting(self) -> dict[str, bool]:
+        index = self._index
+        compacting = isinstance(index, DbLedgerIndex) and index.compacting
+        return (
+            {str(d): compacting for d in self.config.ledger_dirs} if isinstance(index, DbLedgerIndex) else {}
+        )
+
     def retire_entry_log(self, log_id: int) -> None:
         """Close the reader's file of an entry log no index slot names any more, before its removal (the
         unlink itself goes to a pool thread: a big file's takes ~20 ms). Never the current log."""
@@ -1042,6 +1075,7 @@ class Storage:
     def _close_files(self, result: object) -> object:
         self._writer.close()
         self._reader.close()
+        self._index.close()
         return result
 
     def info(self) -> dict[str, object]:
@@ -1061,6 +1095,7 @@ class Storage:
             "journal_dirs": [str(d) for d in self.config.journal_dirs],
             "ledger_dirs": [str(d) for d in self.config.ledger_dirs],
             "index_dirs": [str(d) for d in self.config.index_dirs],
+            "storage": self.config.engine,
         }
 
 
@@ -1091,12 +1126,8 @@ def _write_ledger(writer: EntryLogWriter, ledger_id: int, ledger: LedgerBuffer) 
     return b"".join(parts)
 
 
-def _availability(index: Path | None, cached: list[int]) -> bytes:
-    """Availability bytes of the index file's entries merged with the cached ids (pool thread)."""
-    indexed: Iterable[int] = ()
-    # An empty file is a checkpoint killed before its header: nothing indexed (see IndexStore.load).
-    if index is not None and index.stat().st_size > 0:
-        indexed = (e for e, _, _ in index_entries(open_index(index)))
+def _availability(indexed: Iterator[int], cached: list[int]) -> bytes:
+    """Availability bytes of the indexed entries merged with the cached ids (pool thread)."""
     return entry_availability.encode(_unique(heapq.merge(indexed, cached)))
 
 

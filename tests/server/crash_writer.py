@@ -1,7 +1,8 @@
 """Child process of the crash tests: adds entries forever, printing each acknowledged `ledger entry`.
 
-Run as `python -m tests.server.crash_writer DIR [JOURNAL_DIRS]` (journal dirs DIR/journal, DIR/journal1,
-...); the test kills it with SIGKILL. It exits on its own after a while so it can never outlive a failed test.
+Run as `python -m tests.server.crash_writer DIR [JOURNAL_DIRS [ENGINE]]` (journal dirs DIR/journal,
+DIR/journal1, ...; ENGINE interleaved or db); the test kills it with SIGKILL. It exits on its own after
+a while so it can never outlive a failed test.
 The tests' side: `run_until_killed` and `assert_served_right`.
 """
 
@@ -40,6 +41,7 @@ def payload(ledger_id: int, entry_id: int) -> bytes:
 def main() -> None:
     directory = Path(sys.argv[1])
     journal_count = int(sys.argv[2]) if len(sys.argv) > 2 else 1
+    engine = sys.argv[3] if len(sys.argv) > 3 else "interleaved"
 
     def on_durable(tokens: list[Any]) -> None:
         sys.stdout.write("".join(f"{t[0]} {t[1]}\n" for t in tokens))
@@ -52,6 +54,7 @@ def main() -> None:
             flush_interval_ms=50,
             write_cache_max_bytes=64 * 1024,
             log_size_limit=256 * 1024,
+            engine=engine,
         ),
         on_durable,
         reactor,
@@ -73,10 +76,12 @@ def main() -> None:
     reactor.run()
 
 
-def run_until_killed(directory: Path, journal_count: int = 1) -> list[tuple[int, int]]:
+def run_until_killed(
+    directory: Path, journal_count: int = 1, engine: str = "interleaved"
+) -> list[tuple[int, int]]:
     """Run the writer on `directory` until ACKED_MIN adds are acknowledged, SIGKILL it; the acknowledged."""
     child = subprocess.Popen(
-        [sys.executable, "-m", "tests.server.crash_writer", str(directory), str(journal_count)],
+        [sys.executable, "-m", "tests.server.crash_writer", str(directory), str(journal_count), engine],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

@@ -84,7 +84,8 @@ def test_sample_conf(caplog: pytest.LogCaptureFixture) -> None:
     [
         ("bookieAuthProviderFactoryClass", "org.example.Sasl", True),
         ("bookieAuthProviderFactoryClass", "", False),
-        ("ensemblePlacementPolicy", "org.apache.bookkeeper.client.RegionAwareEnsemblePlacementPolicy", True),
+        ("ensemblePlacementPolicy", "org.example.client.CustomEnsemblePlacementPolicy", True),
+        ("ensemblePlacementPolicy", "org.apache.bookkeeper.client.ZoneawareEnsemblePlacementPolicy", False),
         ("ensemblePlacementPolicy", "org.apache.bookkeeper.client.RackawareEnsemblePlacementPolicy", False),
     ],
 )
@@ -185,3 +186,23 @@ def test_metadata_outage_keys() -> None:
     assert (policy.deadline_ms, policy.backoff_start_ms, policy.backoff_max_ms) == (9000, 50, 800)
     with pytest.raises(UsageError, match="zkTimeout"):
         load_config({"zkTimeout": "5"})
+
+
+def test_ledger_storage_class_selects_the_engine_and_its_write_cache_key() -> None:
+    from bkctl.server.service import storage_config
+
+    db_class = "org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage"
+    keys = {
+        "ledgerStorageClass": db_class,
+        "dbStorage_writeCacheMaxSizeMb": "16",
+        "skipListSizeLimit": "8388608",
+    }
+    db = storage_config(load_config(keys))
+    assert db.engine == "db" and db.write_cache_max_bytes == 16 * 1024 * 1024
+    keys["ledgerStorageClass"] = "org.apache.bookkeeper.bookie.SortedLedgerStorage"
+    sorted_ = storage_config(load_config(keys))
+    assert sorted_.engine == "interleaved" and sorted_.write_cache_max_bytes == 8 * 1024 * 1024
+    with pytest.raises(
+        UsageError, match=r"ledgerStorageClass=com\.example\.Mine: a storage bkctl does not know"
+    ):
+        load_config({"ledgerStorageClass": "com.example.Mine"})

@@ -19,7 +19,7 @@ from tests.server_net.wire_client import WireClient
 
 pytestmark = pytest.mark.slow
 
-DB_CLASS = "org.apache.bookkeeper.bookie.storage.ldb.DbLedgerStorage"
+OTHER_CLASS = "org.example.bookie.CustomLedgerStorage"
 
 
 def snapshot(base: Path) -> dict[str, str]:
@@ -44,10 +44,10 @@ def conf(tmp_path: Path, uri: str, **keys: str) -> Path:
     return path
 
 
-def test_db_ledger_storage_configured_refuses_exit_2_writes_nothing(tmp_path: Path) -> None:
-    path = conf(tmp_path, metadata_uri(tmp_path), ledgerStorageClass=DB_CLASS)
+def test_an_unknown_ledger_storage_class_refuses_exit_2_writes_nothing(tmp_path: Path) -> None:
+    path = conf(tmp_path, metadata_uri(tmp_path), ledgerStorageClass=OTHER_CLASS)
     bookie = refused(["--conf", str(path)], ExitCode.USAGE)
-    assert f"ledgerStorageClass={DB_CLASS}: bkctl does not serve DbLedgerStorage yet" in bookie.stderr
+    assert f"ledgerStorageClass={OTHER_CLASS}: a storage bkctl does not know" in bookie.stderr
     assert not (tmp_path / "b1").exists()  # not even a directory or a lock file
 
 

@@ -1,0 +1,223 @@
+"""DbLedgerStorage's index: ledger state and entry locations in RocksDB, file-compatible with Java's.
+
+`<ledger dir>/current/ledgers/` holds each ledger's LedgerData (master key, fenced, explicit LAC) and
+`<ledger dir>/current/locations/` each entry's location (protocol/db_format.py). The entry logs, the
+write cache and the checkpoint are the interleaved engine's; only where the index lives differs, so
+this class answers the same calls as index.IndexStore (server/ledger_storage.py's LedgerIndex).
+
+As in Java, every ledger's state is read into memory at open; a checkpoint writes its locations in one
+synced batch after the entry log is fsynced, then the ledgers' state in another.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from array import array
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Final
+
+from bkctl.errors import CorruptDataError, ProtocolError
+from bkctl.protocol import db_format as dbf
+from bkctl.protocol import index_format as ixf
+from bkctl.server.index import LoadedIndex
+from bkctl.server.rocksdb_store import KeyValueDb
+
+log = logging.getLogger("bkctl.bookie")
+
+_UNSET: Final = bytes(ixf.SLOT_SIZE)
+
+
+def header_of(data: dbf.LedgerData) -> ixf.IndexHeader:
+    version = ixf.V1 if data.explicit_lac is not None else ixf.V0
+    return ixf.IndexHeader(
+        version, data.master_key, ixf.STATE_FENCED if data.fenced else 0, data.explicit_lac
+    )
+
+
+def data_of(header: ixf.IndexHeader) -> dbf.LedgerData:
+    return dbf.LedgerData(header.master_key, header.fenced, header.explicit_lac)
+
+
+def open_ledgers(directory: Path, read_only: bool = False) -> KeyValueDb:
+    return KeyValueDb(directory / dbf.LEDGERS_DB, huge=False, read_only=read_only)
+
+
+def open_locations(directory: Path, read_only: bool = False) -> KeyValueDb:
+    return KeyValueDb(directory / dbf.LOCATIONS_DB, huge=True, read_only=read_only)
+
+
+def read_ledgers(db: KeyValueDb) -> dict[int, dbf.LedgerData]:
+    """Every ledger of a ledgers db; CorruptDataError naming the key of a value that does not decode."""
+    ledgers = {}
+    for key, value in db.items():
+        try:
+            ledgers[dbf.decode_ledger_key(key)] = dbf.decode_ledger_data(value)
+        except ProtocolError as exc:
+            raise CorruptDataError(f"{db.path}: key {key.hex()}: {exc}") from None
+    return ledgers
+
+
+class DbLedgerIndex:
+    """The RocksDB index of one ledger directory (`current/`)."""
+
+    def __init__(self, current: Path) -> None:
+        self.current = current
+        self.page_misses = 0  # no page cache: RocksDB's block cache does that work
+        self.compacting = False
+        self._lock = threading.Lock()
+        self._ledgers_db: KeyValueDb | None = None
+        self._locations_db: KeyValueDb | None = None
+        self._ledgers: dict[int, dbf.LedgerData] = {}
+        self._pending_locations: dict[bytes, bytes] = {}
+        self._pending_ledgers: dict[bytes, bytes] = {}
+
+    def open(self) -> None:
+        self.current.mkdir(parents=True, exist_ok=True)
+        self._ledgers_db = open_ledgers(self.current)
+        self._locations_db = open_locations(self.current)
+        self._ledgers = read_ledgers(self._ledgers_db)
+        log.info("%s: %d ledgers in the ledgers db", self.current, len(self._ledgers))
+
+    @property
+    def _locations(self) -> KeyValueDb:
+        if self._locations_db is None:
+            self.open()
+        assert self._locations_db is not None
+        return self._locations_db
+
+    @property
+    def _ledgers_store(self) -> KeyValueDb:
+        if self._ledgers_db is None:
+            self.open()
+        assert self._ledgers_db is not None
+        return self._ledgers_db
+
+    # --- lookups ------------------------------------------------------------------------------------
+
+    def find(self, ledger_id: int) -> Path | None:
+        """The ledgers db's path when it holds the ledger (what an index file's path is elsewhere)."""
+        self._ledgers_store  # noqa: B018 - opens the dbs on first use
+        return self.current / dbf.LEDGERS_DB if ledger_id in self._ledgers else None
+
+    def load(self, ledger_id: int) -> LoadedIndex | None:
+        path = self.find(ledger_id)
+        if path is None:
+            return None
+        return LoadedIndex(path, header_of(self._ledgers[ledger_id]), self.last_entry_id(ledger_id))
+
+    def last_entry_id(self, ledger_id: int) -> int:
+        found = self._locations.last_before(dbf.location_key(ledger_id + 1, 0))
+        if found is None:
+            return -1
+        found_ledger, entry_id = dbf.decode_location_key(found[0])
+        return entry_id if found_ledger == ledger_id else -1
+
+    def location(self, ledger_id: int, entry_id: int) -> tuple[int, Path | None, int]:
+        value = self._locations.get(dbf.location_key(ledger_id, entry_id))
+        path = self.current / dbf.LOCATIONS_DB
+        if value is None:
+            return 0, path, 0
+        try:
+            return dbf.decode_location(value), path, 0
+        except ProtocolError as exc:
+            raise CorruptDataError(f"{path}: ledger {ledger_id} entry {entry_id}: {exc}") from None
+
+    def entry_ids(self, ledger_id: int) -> Iterator[int]:
+        """The ledger's entry ids in the locations db, ascending."""
+        for key, _ in self._locations.items(
+            dbf.location_key(ledger_id, 0), dbf.location_key(ledger_id + 1, 0)
+        ):
+            yield dbf.decode_location_key(key)[1]
+
+    def ledger_ids(self) -> set[int]:
+        self._ledgers_store  # noqa: B018
+        return set(self._ledgers)
+
+    # --- checkpoint thread: writes ------------------------------------------------------------------
+
+    def write(self, ledger_id: int, header: ixf.IndexHeader | None, locations: Mapping[int, int]) -> None:
+        """Queue a ledger's state (when given) and locations for `commit`."""
+        if header is None and ledger_id not in self._ledgers and locations:
+            raise CorruptDataError(f"ledger {ledger_id} has entries but no ledger state to create")
+        for entry_id, location in locations.items():
+            if entry_id < 0:
+                raise CorruptDataError("negative entry id in index slots")
+            self._pending_locations[dbf.location_key(ledger_id, entry_id)] = dbf.encode_location(location)
+        if header is not None:
+            data = data_of(header)
+            self._ledgers[ledger_id] = data
+            self._pending_ledgers[dbf.ledger_key(ledger_id)] = dbf.encode_ledger_data(data)
+
+    def write_run(
+        self, ledger_id: int, header: ixf.IndexHeader | None, first_entry_id: int, slots: bytes
+    ) -> None:
+        """As `write`, for entries first_entry_id, first_entry_id + 1, ... with big-endian locations."""
+        if first_entry_id < 0:
+            raise CorruptDataError("negative entry id in index slots")
+        # An `.idx` slot and a locations value are the same 8 big-endian bytes: no decoding.
+        for n in range(len(slots) // ixf.SLOT_SIZE):
+            value = slots[n * ixf.SLOT_SIZE : (n + 1) * ixf.SLOT_SIZE]
+            if value != _UNSET:
+                self._pending_locations[dbf.location_key(ledger_id, first_entry_id + n)] = value
+        self.write(ledger_id, header, {})
+
+    def commit(self) -> None:
+        """The queued locations in one synced batch, then the ledgers' state in another (Java's order)."""
+        with self._lock:
+            locations, self._pending_locations = self._pending_locations, {}
+            ledgers, self._pending_ledgers = self._pending_ledgers, {}
+        if locations:
+            self._locations.write(locations)
+        if ledgers:
+            self._ledgers_store.write(ledgers)
+
+    def relocate(self, ledger_id: int, moves: list[tuple[array[int], bytes, bytes]]) -> int:
+        """Compaction: each entry still at its old location takes the new one (synced by `sync_relocated`)."""
+        if ledger_id not in self._ledgers:
+            return 0
+        puts: dict[bytes, bytes] = {}
+        for entries, olds, news in moves:
+            for n, entry_id in enumerate(entries):
+                key = dbf.location_key(ledger_id, entry_id)
+                old = olds[n * 8 : n * 8 + 8]
+                if self._locations.get(key) == old:
+                    puts[key] = news[n * 8 : n * 8 + 8]
+        if puts:
+            self._locations.write(puts, sync=False)
+        return len(puts)
+
+    def sync_relocated(self) -> int:
+        """Sync the locations db's WAL (Java's sync(): an empty batch written with sync)."""
+        self._locations.write({})
+        return 1
+
+    def delete(self, ledger_id: int) -> Path | None:
+        """Remove a ledger's state and locations (garbage collection); the ledgers db's path, or None."""
+        if self._ledgers.pop(ledger_id, None) is None:
+            return None
+        self._locations.delete_range(dbf.location_key(ledger_id, 0), dbf.location_key(ledger_id + 1, 0))
+        self._ledgers_store.write({}, [dbf.ledger_key(ledger_id)])
+        return self.current / dbf.LEDGERS_DB
+
+    def forget_pages(self) -> None:
+        pass
+
+    def compact_locations(self) -> None:
+        """Compact the locations db (entry location compaction; blocking: call off the reactor)."""
+        self.compacting = True
+        try:
+            self._locations.compact()
+        except Exception as exc:  # rocksdict raises plain Exception with RocksDB's status text
+            log.error("%s: entry location compaction failed: %s", self._locations.path, exc)
+            raise
+        finally:
+            self.compacting = False
+        log.info("%s: entry location compaction done", self._locations.path)
+
+    def close(self) -> None:
+        for db in (self._locations_db, self._ledgers_db):
+            if db is not None:
+                db.close()
+        self._locations_db = self._ledgers_db = None

@@ -1,0 +1,152 @@
+"""RocksDB databases of DbLedgerStorage, through rocksdict (PyPI; its wheels ship RocksDB itself).
+
+The options are those of BookKeeper 4.14's `KeyValueStorageRocksDB` so that Java's bookies (rocksdbjni
+6.29 in 4.14, 7.9 in 4.16) and Debian's `ldb` (7.8) open what we write: the locations db ("Huge") uses a
+block-based table of format_version 2 with xxHash checksums, 64 KiB blocks, LZ4, a full bloom filter of
+10 bits per key and index/filter blocks in the block cache; the ledgers db ("Small") takes the library's
+defaults, except the table format version (5, the default of the versions Java ships). The newer
+library writes options an older one does not know into `OPTIONS-*`: Java never reads that file (it
+passes its options), `ldb` needs `--ignore_unknown_options`.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Final
+
+import rocksdict as rd
+
+from bkctl.errors import CorruptDataError
+
+BLOCK_SIZE: Final = 64 * 1024  # dbStorage_rocksDB_blockSize
+BLOOM_BITS_PER_KEY: Final = 10  # dbStorage_rocksDB_bloomFilterBitsPerKey
+WRITE_BUFFER_SIZE: Final = 64 * 1024 * 1024  # dbStorage_rocksDB_writeBufferSizeMB
+SST_SIZE: Final = 64 * 1024 * 1024  # dbStorage_rocksDB_sstSizeInMB
+LEVEL1_MAX_SIZE: Final = 256 * 1024 * 1024  # dbStorage_rocksDB_maxSizeInLevel1MB
+BLOCK_CACHE_SIZE: Final = 32 * 1024 * 1024  # Java: max direct memory / ledger dirs / 10
+# Java asks for 32 background jobs; a bookie here has a few cores, and idle RocksDB threads are cheap
+# but not free: 4 flush/compaction jobs keep up with one bookie's checkpoints.
+BACKGROUND_JOBS: Final = 4
+
+
+def _options(huge: bool) -> rd.Options:
+    options = rd.Options(raw_mode=True)
+    options.create_if_missing(True)
+    options.set_keep_log_file_num(30)
+    options.set_log_file_time_to_roll(24 * 3600)
+    if not huge:
+        # Java sets nothing here, but this library's default table format (6) is unreadable to RocksDB
+        # before 8.6 (Java's 6.29 and 7.9, Debian's 7.8); 5 is the default of those versions.
+        table = rd.BlockBasedOptions()
+        table.set_format_version(5)
+        options.set_block_based_table_factory(table)
+        return options
+    options.set_compression_type(rd.DBCompressionType.lz4())
+    options.set_write_buffer_size(WRITE_BUFFER_SIZE)
+    options.set_max_write_buffer_number(4)
+    options.set_level_zero_file_num_compaction_trigger(4)
+    options.set_max_bytes_for_level_base(LEVEL1_MAX_SIZE)
+    options.set_max_background_jobs(BACKGROUND_JOBS)
+    options.set_max_total_wal_size(512 * 1024 * 1024)
+    options.set_max_open_files(-1)
+    options.set_target_file_size_base(SST_SIZE)
+    options.set_delete_obsolete_files_period_micros(3600 * 1_000_000)
+    options.set_level_compaction_dynamic_level_bytes(True)
+    table = rd.BlockBasedOptions()
+    table.set_block_size(BLOCK_SIZE)
+    table.set_block_cache(rd.Cache(BLOCK_CACHE_SIZE))
+    table.set_format_version(2)
+    table.set_checksum_type(rd.ChecksumType.xxhash())
+    table.set_bloom_filter(BLOOM_BITS_PER_KEY, False)
+    table.set_cache_index_and_filter_blocks(True)
+    options.set_block_based_table_factory(table)
+    return options
+
+
+class KeyValueDb:
+    """One RocksDB database with bytes keys and values; `read_only` opens never write a file."""
+
+    def __init__(self, path: Path, huge: bool, read_only: bool = False) -> None:
+        self.path = path
+        if read_only and not (path / "CURRENT").is_file():
+            raise CorruptDataError(f"{path}: no RocksDB database here (no CURRENT file)")
+        self._scratch: tempfile.TemporaryDirectory[str] | None = None
+        where = path
+        access = rd.AccessType.read_write()
+        if read_only:
+            # rocksdict writes its own rocksdict-config.json into the directory it opens, even read-only:
+            # open a scratch directory of symlinks to the database's files instead, so nothing changes.
+            self._scratch = tempfile.TemporaryDirectory(prefix="bkctl-rocksdb-")
+            where = Path(self._scratch.name)
+            for item in path.iterdir():
+                (where / item.name).symlink_to(item.absolute())
+            access = rd.AccessType.read_only()
+        try:
+            self._db = rd.Rdict(str(where), _options(huge), access_type=access)
+        except Exception as exc:  # rocksdict raises plain Exception with RocksDB's status text
+            self._cleanup()
+            raise CorruptDataError(f"{path}: cannot open RocksDB database: {exc}") from None
+        self._sync = rd.WriteOptions()
+        self._sync.sync = True
+
+    def get(self, key: bytes) -> bytes | None:
+        value = self._db.get(key)
+        return None if value is None else bytes(value)
+
+    def write(self, puts: dict[bytes, bytes], deletes: Sequence[bytes] = (), sync: bool = True) -> None:
+        """One atomic batch; synced (WAL fsynced) unless `sync` is False, as Java's batches are."""
+        batch = rd.WriteBatch(raw_mode=True)
+        for key in deletes:
+            batch.delete(key)
+        for key, value in puts.items():
+            batch.put(key, value)
+        if sync:
+            self._db.write(batch, self._sync)
+        else:
+            self._db.write(batch)
+
+    def delete_range(self, first: bytes, end: bytes) -> None:
+        """Remove keys in [first, end), synced."""
+        batch = rd.WriteBatch(raw_mode=True)
+        batch.delete_range(first, end)
+        self._db.write(batch, self._sync)
+
+    def items(self, first: bytes = b"", end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
+        """Keys in [first, end) in order with their values."""
+        it = self._db.iter()
+        it.seek(first)
+        while it.valid():
+            key = bytes(it.key())
+            if end is not None and key >= end:
+                return
+            yield key, bytes(it.value())
+            it.next()
+
+    def last_before(self, end: bytes) -> tuple[bytes, bytes] | None:
+        """The greatest key below `end` with its value (Java's getFloor), or None."""
+        it = self._db.iter()
+        it.seek_for_prev(end)
+        if it.valid() and bytes(it.key()) == end:
+            it.prev()
+        if not it.valid():
+            return None
+        return bytes(it.key()), bytes(it.value())
+
+    def compact(self) -> None:
+        """Compact every level (Java's compact(): the whole key range), e.g. after many deletions."""
+        self._db.compact_range(None, None)
+
+    def flush(self) -> None:
+        """Memtables to SST files (so a copy of the directory holds the data without the WAL)."""
+        self._db.flush(True)
+
+    def close(self) -> None:
+        self._db.close()
+        self._cleanup()
+
+    def _cleanup(self) -> None:
+        if self._scratch is not None:
+            self._scratch.cleanup()
+            self._scratch = None

@@ -1,0 +1,42 @@
+"""The offline audit's reading of a DbLedgerStorage dir (a Java 4.14.8 bookie's): what its locations db
+says the bookie holds, the digests of the copies checked, the directory left unchanged."""
+
+from __future__ import annotations
+
+import tarfile
+from pathlib import Path
+
+import numpy as np
+
+from bkctl.model import DigestType
+from bkctl.pipeline import bitmaps, inventory
+from bkctl.pipeline.bookie_dirs import BookieDirs, db_dirs
+from tests.conftest import REPO
+from tests.test_inspect import _hashes
+
+PLACEMENT_INDEX = (0, 0, 1, 1)  # bookie1's index in the ensembles of ledgers 0-3
+LAST = (999, 49, 2999, 99)
+
+
+def test_db_holdings_of_a_java_db_dir(tmp_path: Path) -> None:
+    with tarfile.open(REPO / "tests" / "data" / "java-db-bookie1.tgz") as archive:
+        archive.extractall(tmp_path, filter="data")
+    current = tmp_path / "ledgers" / "current"
+    bookie = BookieDirs("127.0.0.1:5101", [current])
+    assert db_dirs(bookie) == [current]
+    before = _hashes(tmp_path)
+    verify = inventory.Verify({0: (DigestType.CRC32, None), 2: (DigestType.CRC32C, None)})
+    rows = list(inventory.db_holdings(bookie, current, verify))
+    assert _hashes(tmp_path) == before
+    held: dict[int, list[int]] = {}
+    for _, ledger_id, first, bits, ok, bad, _, problem in rows:
+        assert problem is None
+        size = len(bits) * 8
+        ids = (np.flatnonzero(bitmaps.unpack(bits, size)) + first).tolist()
+        held.setdefault(ledger_id, []).extend(ids)
+        if ledger_id in (0, 2):  # checked: every copy verified, none bad
+            assert bitmaps.unpack(ok, size).sum() == len(ids) and not bitmaps.unpack(bad, size).any()
+    for ledger_id, last in enumerate(LAST):
+        index = PLACEMENT_INDEX[ledger_id]
+        expected = [e for e in range(last + 1) if index in (e % 3, (e + 1) % 3)]
+        assert held[ledger_id] == expected
