@@ -22,6 +22,7 @@ from bkctl.client.recovery import recover
 from bkctl.errors import UnauthorizedError, UsageError
 from bkctl.metadata.layout import Layout
 from bkctl.model import DigestType, LedgerMetadata, LedgerState, Segment
+from bkctl.sasl import client_sasl_from_env
 from bkctl.tls import TlsSettings, client_settings_from_env
 
 T = TypeVar("T")
@@ -54,7 +55,8 @@ class Client:
         if bookies is None:
             tls = tls or client_settings_from_env(os.environ)  # `bkctl --tls ...` (cli.py)
             # protocol: the bookies' wire protocol, "v2" (default) or "v3" (BookieClients).
-            bookies = BookieClients(reactor, self._registered_address, protocol, tls, **bookie_options)
+            sasl = client_sasl_from_env()  # `bkctl --conf ... --jaas ...` (bkctl/sasl.py)
+            bookies = BookieClients(reactor, self._registered_address, protocol, tls, sasl, **bookie_options)
         self.bookies = bookies
         # Recovery reads kept in flight past the LAC; 1 reproduces a one-at-a-time reader's frames.
         self.recovery_reads_in_flight = recovery_reads_in_flight

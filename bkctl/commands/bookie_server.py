@@ -26,7 +26,10 @@ cookie_app = typer.Typer(name="cookie", help="Show or update a bookie's cookies.
 app.add_typer(cookie_app, name="cookie")
 
 ConfOption = Annotated[
-    Path | None, typer.Option("--conf", "-c", help="A bk_server.conf (Java properties); flags override it.")
+    Path | None,
+    typer.Option(
+        "--conf", "-c", envvar="BKCTL_CONF", help="A bk_server.conf (Java properties); flags override it."
+    ),
 ]
 PortOption = Annotated[int | None, typer.Option("--port", "-p", help="bookiePort (0: any free port).")]
 JournalDirOption = Annotated[
@@ -59,9 +62,10 @@ def _config(
     advertised_address: str | None = None,
     **keys: str | None,
 ) -> BookieConfig:
-    from bkctl.server.config import load_config, read_properties_file
+    from bkctl.commands.options import conf_properties
+    from bkctl.server.config import load_config
 
-    properties = read_properties_file(conf) if conf is not None else {}
+    properties = conf_properties(conf)
     flags: dict[str, str | None] = {
         "bookiePort": None if port is None else str(port),
         "journalDirectories": _join(journal_dirs),
@@ -138,19 +142,15 @@ def start(
         server_log = logging.getLogger(name)
         if server_log.getEffectiveLevel() > logging.INFO:
             server_log.setLevel(logging.INFO)  # a server logs what it does; -v adds debug
-    properties = _properties(conf)
+    from bkctl.commands.options import conf_properties
+
+    properties = conf_properties(conf)
     with_daemon = autorecovery or properties.get("autoRecoveryDaemonEnabled", "").strip().lower() == "true"
     if with_daemon:
         from bkctl.tls import client_settings
 
         client_settings(properties)  # its TLS as a client must be usable before the bookie starts
     _run(config, uri, port_file, properties if with_daemon else None)
-
-
-def _properties(conf: Path | None) -> dict[str, str]:
-    from bkctl.server.config import read_properties_file
-
-    return read_properties_file(conf) if conf is not None else {}
 
 
 def _run(config: BookieConfig, uri: str, port_file: Path | None, autorecovery: dict[str, str] | None) -> None:

@@ -1,6 +1,6 @@
 """A bookie's configuration: BookKeeper's bk_server.conf keys, overridden by command-line flags.
 
-Pure: `parse_properties` reads Java properties text, `load_config` turns key/value pairs into a
+Pure: `load_config` (over `bkctl.properties`' parsed text) turns key/value pairs into a
 validated `BookieConfig`. Keys bkctl does not know are ignored with a debug log, so an operator can
 point `--conf` at the file a Java bookie used. Every bad value raises UsageError naming the key.
 """
@@ -8,7 +8,7 @@ point `--conf` at the file a Java bookie used. Every bad value raises UsageError
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Final
@@ -16,6 +16,8 @@ from typing import Any, Final
 from bkctl import limits
 from bkctl.errors import UsageError
 from bkctl.model import BookieId
+from bkctl.sasl import SERVER_KEYS as SASL_KEYS
+from bkctl.sasl import BookieSaslKeys, bookie_sasl_keys
 from bkctl.tls import SERVER_KEYS as TLS_KEYS
 from bkctl.tls import TlsSettings, server_settings
 
@@ -24,8 +26,6 @@ log = logging.getLogger("bkctl.bookie")
 MIB: Final = 1024 * 1024
 DEFAULT_PORT: Final = 3181
 DEFAULT_HOST: Final = "127.0.0.1"
-CONFIG_FILE_SIZE_MAX: Final = 4 * MIB
-_ESCAPES: Final = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
 
 
 @dataclass(frozen=True)
@@ -79,6 +79,7 @@ class BookieConfig:
     force_gc_when_full: bool = True  # isForceGCAllowWhenNoSpace; Java: false
     gc_overreplicated_wait_ms: int = 86_400_000  # gcOverreplicatedLedgerWaitTime; 0: off
     tls: TlsSettings | None = None  # START_TLS (bkctl/tls.py): None answers it EBADREQ, as Java
+    sasl: BookieSaslKeys | None = None  # SASL clients only (bkctl/sasl.py); None: any client is served
 
     @property
     def effective_index_dirs(self) -> tuple[Path, ...]:
@@ -95,81 +96,6 @@ class BookieConfig:
         if self.bookie_id:
             return self.bookie_id
         return f"{self.advertised_address or DEFAULT_HOST}:{self.port if port is None else port}"
-
-
-# --- Java properties --------------------------------------------------------------------------------
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Java `.properties` text -> {key: value}: `key=value`, `key: value` or `key value`, `#`/`!`
-    comments, backslash line continuations and escapes (`\\t`, `\\uXXXX`, `\\=`). Later keys win."""
-    result: dict[str, str] = {}
-    for line in _logical_lines(text):
-        key, value = _split_entry(line)
-        result[key] = value
-    return result
-
-
-def _logical_lines(text: str) -> Iterator[str]:
-    pending = ""
-    for raw in text.splitlines():
-        line = raw.lstrip(" \t\f")
-        if not pending and (not line or line[0] in "#!"):
-            continue
-        # An odd number of trailing backslashes continues the line (an even number is escaped ones).
-        trailing = len(line) - len(line.rstrip("\\"))
-        if trailing % 2:
-            pending += line[:-1]
-            continue
-        yield pending + line
-        pending = ""
-    if pending:
-        yield pending
-
-
-def _split_entry(line: str) -> tuple[str, str]:
-    index = 0
-    while index < len(line) and line[index] not in "=: \t\f":
-        index += 2 if line[index] == "\\" else 1
-    key, rest = line[:index], line[index:].lstrip(" \t\f")
-    if rest[:1] in ("=", ":"):
-        rest = rest[1:].lstrip(" \t\f")
-    return _unescape(key), _unescape(rest)
-
-
-def _unescape(text: str) -> str:
-    if "\\" not in text:
-        return text
-    out: list[str] = []
-    index = 0
-    while index < len(text):
-        char = text[index]
-        if char != "\\" or index + 1 == len(text):
-            out.append(char)
-            index += 1
-            continue
-        code = text[index + 1]
-        if code == "u" and _is_hex(text[index + 2 : index + 6]):
-            out.append(chr(int(text[index + 2 : index + 6], 16)))
-            index += 6
-            continue
-        out.append(_ESCAPES.get(code, code))
-        index += 2
-    return "".join(out)
-
-
-def _is_hex(text: str) -> bool:
-    return len(text) == 4 and all(c in "0123456789abcdefABCDEF" for c in text)
-
-
-def read_properties_file(path: Path) -> dict[str, str]:
-    """Read a bk_server.conf; UsageError if it is missing, unreadable or implausibly large."""
-    try:
-        if path.stat().st_size > CONFIG_FILE_SIZE_MAX:
-            raise UsageError(f"config file {path} is larger than {CONFIG_FILE_SIZE_MAX} bytes")
-        return parse_properties(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read config file {path}: {exc}") from None
 
 
 # --- values -----------------------------------------------------------------------------------------
@@ -338,6 +264,7 @@ KEYS: Final[Mapping[str, Setter]] = {
     ),
     # TLS keys are read together once all are known (bkctl.tls.server_settings checks them as a set).
     **{key: (lambda k, v: {f"_tls:{k}": v}) for key in TLS_KEYS},
+    **{key: (lambda k, v: {f"_sasl:{k}": v}) for key in SASL_KEYS},
 }
 
 
@@ -370,6 +297,9 @@ def _finish(values: dict[str, Any]) -> BookieConfig:
     compaction_rate = values.pop("_compaction_rate", None)
     tls_keys = {key[5:]: values.pop(key) for key in list(values) if key.startswith("_tls:")}
     values["tls"] = server_settings(tls_keys)
+    values["sasl"] = bookie_sasl_keys(
+        {key[6:]: values.pop(key) for key in list(values) if key.startswith("_sasl:")}
+    )
     if compaction_rate is not None and "compaction_rate_by_entries" not in values:
         values["compaction_rate_by_entries"] = compaction_rate  # Java: the older key, when the newer is unset
     if values.get("metadata_uri") is None and zk_servers:

@@ -28,6 +28,7 @@ from bkctl.metadata.retry import RetryPolicy
 from bkctl.metadata.store import MetadataStore, parse_metadata_uri
 from bkctl.metadata.stores import open_store
 from bkctl.protocol import metadata_format as mf
+from bkctl.sasl import bookie_sasl
 from bkctl.server import cookies
 from bkctl.server.config import BookieConfig
 from bkctl.server.connection import NetworkMetrics
@@ -133,6 +134,7 @@ class BookieService:
             config.tcp_no_delay,
             tls_context=server_context(config.tls) if config.tls else None,  # bad files fail here
             tls_required=config.tls.required if config.tls else False,
+            sasl=bookie_sasl(config.sasl) if config.sasl else None,  # the JAAS file is read here
         )
         self.factory.ready = False
         self.store: MetadataStore | None = None
