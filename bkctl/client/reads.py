@@ -16,8 +16,9 @@ from typing import NamedTuple, Protocol
 from twisted.internet.defer import Deferred
 
 from bkctl import limits
-from bkctl.client.bookie_client import RC_TIMEOUT, RC_UNAVAILABLE, BookieClients, rc_text
+from bkctl.client.bookie_client import RC_TIMEOUT, RC_UNAUTHENTICATED, RC_UNAVAILABLE, BookieClients, rc_text
 from bkctl.errors import (
+    AccessDeniedError,
     BkctlError,
     CorruptDataError,
     NotFoundError,
@@ -235,6 +236,8 @@ class LastConfirmedRead:
         message = f"cannot {what} ledger {self.handle.ledger_id}: too few bookies answered ({detail})"
         if all(rc in (RC_TIMEOUT, _EOK, *_ABSENT) for _, rc in self.codes):
             return TimeoutError_(message)
+        if any(rc == RC_UNAUTHENTICATED for _, rc in self.codes):
+            return AccessDeniedError(f"{message}: SASL credentials refused")
         return UnavailableError(message)
 
     def _finish(self, error: BkctlError | None) -> None:
