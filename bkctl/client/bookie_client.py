@@ -48,7 +48,8 @@ log = logging.getLogger(__name__)
 
 RC_TIMEOUT = -1001
 RC_UNAVAILABLE = -1002
-RC_UNAUTHENTICATED = -1003  # the bookie refused this client's SASL credentials (client/sasl_auth.py)
+# The bookie refused this client's SASL credentials (client/sasl_auth.py); -1003 is reads.RC_DIGEST.
+RC_UNAUTHENTICATED = -1004
 
 Callback = Callable[[int, bytes], None]
 Key = tuple[int, int, int]

@@ -79,6 +79,8 @@ def failure_for(ledger_id: int, entry_id: int, answers: Sequence[tuple[str, int]
     what = f"ledger {ledger_id} entry {entry_id}"
     detail = ", ".join(f"{bookie} {rc_text(rc)}" for bookie, rc in answers)
     codes = {rc for _, rc in answers}
+    if RC_UNAUTHENTICATED in codes:
+        return AccessDeniedError(f"{what}: SASL credentials refused ({detail})")
     if _EUA in codes:
         return UnauthorizedError(f"{what}: wrong password ({detail})")
     if codes <= _ABSENT:

@@ -49,8 +49,10 @@ class ClientAuth:
         self._buffer = bytearray()
         self.done = False
         self.failure: str | None = None
+        # A Java bookie answers nothing to a client it refuses (its AuthHandler logs and keeps the
+        # connection): then only this timeout ends the exchange.
         self._timer = reactor.callLater(
-            timeout_s, self._fail, "no end of the SASL exchange within the connect timeout"
+            timeout_s, self._fail, "no end of the SASL exchange within the connect timeout (refused?)"
         )
 
     def begin(self) -> None:
