@@ -26,6 +26,7 @@ RANKS = {
     "properties": 2,
     "jaas": 2,
     "sasl": 2,
+    "keystores": 2,
     "tls_channel": 2,
     "server": 3,
     "client": 3,
