@@ -49,6 +49,7 @@ SERVER_KEYS: Final = (
     "tlsTrustStoreType",
     "tlsTrustStorePasswordPath",
     "tlsClientAuthentication",
+    "tlsCertFilesRefreshDurationSeconds",
     "tlsRequired",  # bkctl's: the bookie serves nothing but START_TLS and AUTH before the handshake
 )
 CLIENT_KEYS: Final = (
@@ -76,6 +77,7 @@ class TlsSettings:
     key_store_type: str = STORE_TYPE  # PKCS12 / JKS: key_path is a store of the key and its chain
     trust_store_type: str = STORE_TYPE  # PKCS12 / JKS: trust_path is a store of certificates
     trust_password_path: Path | None = None  # the trust store's password file (PKCS12 / JKS)
+    refresh_s: int = 0  # bookie only (tlsCertFilesRefreshDurationSeconds): reload changed files; 0: never
 
 
 def server_settings(properties: Mapping[str, str]) -> TlsSettings | None:
@@ -94,6 +96,7 @@ def server_settings(properties: Mapping[str, str]) -> TlsSettings | None:
         key_store_type=_kind(properties, "tlsKeyStoreType"),
         trust_store_type=_kind(properties, "tlsTrustStoreType"),
         trust_password_path=_path(properties, "tlsTrustStorePasswordPath"),
+        refresh_s=_seconds(properties, "tlsCertFilesRefreshDurationSeconds"),
     )
     if settings.key_path is None or (
         settings.certificate_path is None and settings.key_store_type == STORE_TYPE
@@ -163,6 +166,13 @@ def _kind(properties: Mapping[str, str], type_key: str) -> str:
     if kind not in TYPES:
         raise UsageError(f"config key {type_key}: {kind} is not one of {', '.join(TYPES)}")
     return kind
+
+
+def _seconds(properties: Mapping[str, str], key: str) -> int:
+    text = properties.get(key, "0").strip() or "0"
+    if not text.isdigit() or int(text) > 86_400 * 365:
+        raise UsageError(f"config key {key}: {text!r} is not a number of seconds (0: off)")
+    return int(text)
 
 
 def _flag(properties: Mapping[str, str], key: str) -> bool:
