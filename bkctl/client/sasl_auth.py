@@ -50,10 +50,10 @@ class ClientAuth:
         self.done = False
         self.failure: str | None = None
         # A Java bookie answers nothing to a client it refuses (its AuthHandler logs and keeps the
-        # connection): then only this timeout ends the exchange.
-        self._timer = reactor.callLater(
-            timeout_s, self._fail, "no end of the SASL exchange within the connect timeout (refused?)"
-        )
+        # connection): then only this timeout ends the exchange. No reactor: a blocking socket's own
+        # timeout bounds the exchange (pipeline/online.py).
+        why = "no end of the SASL exchange within the connect timeout (refused?)"
+        self._timer = None if reactor is None else reactor.callLater(timeout_s, self._fail, why)
 
     def begin(self) -> None:
         self._token(b"")

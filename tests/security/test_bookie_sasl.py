@@ -15,7 +15,7 @@ from bkctl.client.client import Client
 from bkctl.errors import AccessDeniedError, UnauthorizedError
 from bkctl.sasl import BOOKIE_FACTORY, ClientSasl
 from tests.client.cluster import REQUEST_TIMEOUT_MS, Cluster, bounded
-from tests.server_net.live import start_bookie, twisted_test
+from tests.server_net.live import in_thread, start_bookie, twisted_test
 
 PW = b"pw"
 JAAS = """
@@ -85,5 +85,29 @@ async def test_allowed_writes_and_reads_the_others_are_refused(tmp_path: Path, p
         assert refusals(cluster) >= 2
         # Nothing the refused clients sent was applied: the ledger is still open and unfenced.
         assert await bounded(lh.add(b"still the writer's")) == 50
+    finally:
+        await cluster.stop()
+
+
+@twisted_test
+async def test_the_online_audit_reads_authenticate(tmp_path: Path) -> None:
+    """`audit --online` asks the bookies over blocking sockets (pipeline/online.py): with the
+    credentials it gets the entries, without them one problem row naming the bookie."""
+    from bkctl.pipeline.online import OnlineBookie, holdings
+
+    cluster = await sasl_cluster(tmp_path, 1)
+    try:
+        lh = await bounded(client(cluster, ALLOWED, "v2").create_ledger(1, 1, 1, password=PW))
+        assert await bounded(lh.add_many([b"a", b"b", b"c"])) == [0, 1, 2]
+        bookie = cluster.bookies[0]
+        host, port = bookie.bookie_id.rsplit(":", 1)
+        for sasl in (ALLOWED, None):
+            online = OnlineBookie(bookie.bookie_id, host, int(port), sasl)
+            rows = await in_thread(lambda o=online: list(holdings(o, [lh.ledger_id], None)))
+            problems = [row[7] for row in rows if row[1] == -1]  # pipeline.inventory.problem_row
+            if sasl is None:
+                assert len(problems) == 1 and bookie.bookie_id in problems[0], rows
+            else:
+                assert rows and not problems, rows
     finally:
         await cluster.stop()
