@@ -95,7 +95,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory, zookeeper_sasl: ZooKeeperS
     try:
         init = cluster.run("cluster", "init")
         assert init.returncode == 0, init.stderr
-        for name in ("b1", "b2", "b3", "b4"):
+        for name in ("b1", "b2", "b3"):
             cluster.start_bookie(name)
         yield cluster
     finally:
@@ -110,7 +110,7 @@ def anonymous_env(secured: Secured) -> dict[str, str]:
 
 
 def test_1_write_then_an_unauthenticated_client_changes_nothing(secured: Secured) -> None:
-    done = secured.run("ledger", "write", "--entries", "30", "-E", "3", "-Qw", "2", "-Qa", "2", "-o", "json")
+    done = secured.run("ledger", "write", "--entries", "30", "-E", "2", "-Qw", "2", "-Qa", "2", "-o", "json")
     assert done.returncode == 0, done.stderr
     ledger = str(json.loads(done.stdout)["ledger_id"])
     refused = secured.run("ledger", "delete", ledger, "--yes", env=anonymous_env(secured))
@@ -126,18 +126,11 @@ def test_1_write_then_an_unauthenticated_client_changes_nothing(secured: Secured
 
 
 def test_2_recover_a_dead_bookie(secured: Secured) -> None:
-    done = secured.run("ledger", "write", "--entries", "20", "-E", "3", "-Qw", "3", "-Qa", "2", "-o", "json")
+    done = secured.run("ledger", "write", "--entries", "20", "-E", "2", "-Qw", "2", "-Qa", "2", "-o", "json")
     assert done.returncode == 0, done.stderr
     victim, proc = next(iter(secured.bookies.items()))
-    proc.kill()
-    proc.wait(WAIT_S)
-    deadline = time.monotonic() + WAIT_S
-    while True:  # its registration goes with its ZooKeeper session
-        listed = secured.run("bookie", "list", "-o", "json")
-        assert listed.returncode == 0, listed.stderr
-        if victim not in listed.stdout or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)  # it unregisters as it stops: recover refuses a registered bookie
+    assert proc.wait(WAIT_S) == 0
     recovered = secured.run("recover", secured.uri, victim, "--yes", "-o", "json")
     assert recovered.returncode == 0, recovered.stderr + recovered.stdout
 
