@@ -103,6 +103,24 @@ def _root(
         bool,
         typer.Option("--tls-hostname-verification", help="The bookie's certificate must name its host."),
     ] = False,
+    conf: Annotated[
+        Path | None,
+        typer.Option(
+            "--conf",
+            help="Java's configuration (a bk_server.conf or client conf): its security keys "
+            "(zkEnableSecurity, ...) for every command below (env BKCTL_CONF).",
+            show_default=False,
+        ),
+    ] = None,
+    jaas: Annotated[
+        Path | None,
+        typer.Option(
+            "--jaas",
+            help="JAAS file with the credentials, as Java's java.security.auth.login.config: "
+            "section Client for ZooKeeper (env BKCTL_JAAS).",
+            show_default=False,
+        ),
+    ] = None,
     protocol: Annotated[
         str | None,
         typer.Option(
@@ -133,6 +151,10 @@ def _root(
         tls.ENV_HOSTNAME_VERIFICATION: "1" if tls_hostname_verification else None,
     }
     os.environ.update({name: str(value) for name, value in tls_env.items() if value is not None})
+    # The metadata store reads these (bkctl/metadata/zk_auth.py) wherever it is opened.
+    os.environ.update(
+        {name: str(value) for name, value in (("BKCTL_CONF", conf), ("BKCTL_JAAS", jaas)) if value}
+    )
     if protocol is not None:
         if protocol.lower() not in ("v2", "v3"):
             raise typer.BadParameter(f"{protocol!r} is not v2 or v3", param_hint="'--protocol'")

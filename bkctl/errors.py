@@ -90,6 +90,10 @@ class UnauthorizedError(BkctlError):
     exit_code = ExitCode.UNAUTHORIZED
 
 
+class AccessDeniedError(UnauthorizedError):
+    """Credentials missing or refused: a ZooKeeper ACL (NoAuth), SASL with ZooKeeper or a bookie."""
+
+
 class ConflictError(BkctlError):
     """A compare-and-swap lost, or a node that must not exist already does."""
 
@@ -140,7 +144,7 @@ def exit_code_table() -> list[tuple[int, str, str]]:
         ExitCode.UNAVAILABLE: "metadata store or bookie unavailable",
         ExitCode.CORRUPT: "corrupt or undecodable data",
         ExitCode.TIMEOUT: "timed out",
-        ExitCode.UNAUTHORIZED: "wrong password / master key",
+        ExitCode.UNAUTHORIZED: "wrong password / master key, or credentials missing or refused",
         ExitCode.CONFLICT: "concurrent update lost or node exists",
         ExitCode.CLOSED: "ledger closed",
         ExitCode.READ_ONLY: "read-only",

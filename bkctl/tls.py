@@ -1,4 +1,5 @@
-"""TLS between clients and bookies: settings from BookKeeper's configuration keys (PEM files only) and
+"""TLS between clients and bookies: settings from BookKeeper's configuration keys (PEM files, or PKCS12
+and JKS stores through bkctl/keystores.py) and
 the standard library's `ssl.SSLContext` each side's TlsChannel (bkctl/tls_channel.py) wraps once the
 v3 START_TLS exchange succeeded.
 
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 JAVA_PROVIDER_FACTORY: Final = "org.apache.bookkeeper.tls.TLSContextFactory"
 BKCTL_PROVIDER_FACTORY: Final = "bkctl.tls"
 PROVIDER_FACTORIES: Final = (JAVA_PROVIDER_FACTORY, BKCTL_PROVIDER_FACTORY)
-STORE_TYPE: Final = "PEM"  # Java also reads JKS and PKCS12; bkctl reads PEM only
+STORE_TYPE: Final = "PEM"  # the default; PKCS12 and JKS stores are turned into PEM (bkctl/keystores.py)
 PEM_FILE_SIZE_MAX: Final = 1024 * 1024  # local bound
 
 # Java's keys. The client also reads clientKeyStore/clientTrustStore (and their types) first, as Java's
@@ -46,7 +47,9 @@ SERVER_KEYS: Final = (
     "tlsKeyStorePasswordPath",
     "tlsTrustStore",
     "tlsTrustStoreType",
+    "tlsTrustStorePasswordPath",
     "tlsClientAuthentication",
+    "tlsCertFilesRefreshDurationSeconds",
     "tlsRequired",  # bkctl's: the bookie serves nothing but START_TLS and AUTH before the handshake
 )
 CLIENT_KEYS: Final = (
@@ -71,6 +74,10 @@ class TlsSettings:
     client_auth: bool = False  # bookie: require a client certificate; client: present one
     hostname_verification: bool = False  # client only: the bookie's certificate must name its host
     required: bool = False  # bookie only (tlsRequired): no request served before the TLS handshake
+    key_store_type: str = STORE_TYPE  # PKCS12 / JKS: key_path is a store of the key and its chain
+    trust_store_type: str = STORE_TYPE  # PKCS12 / JKS: trust_path is a store of certificates
+    trust_password_path: Path | None = None  # the trust store's password file (PKCS12 / JKS)
+    refresh_s: int = 0  # bookie only (tlsCertFilesRefreshDurationSeconds): reload changed files; 0: never
 
 
 def server_settings(properties: Mapping[str, str]) -> TlsSettings | None:
@@ -86,8 +93,14 @@ def server_settings(properties: Mapping[str, str]) -> TlsSettings | None:
         trust_path=_path(properties, "tlsTrustStore", "tlsTrustStoreType"),
         client_auth=_flag(properties, "tlsClientAuthentication"),
         required=_flag(properties, "tlsRequired"),
+        key_store_type=_kind(properties, "tlsKeyStoreType"),
+        trust_store_type=_kind(properties, "tlsTrustStoreType"),
+        trust_password_path=_path(properties, "tlsTrustStorePasswordPath"),
+        refresh_s=_seconds(properties, "tlsCertFilesRefreshDurationSeconds"),
     )
-    if settings.key_path is None or settings.certificate_path is None:
+    if settings.key_path is None or (
+        settings.certificate_path is None and settings.key_store_type == STORE_TYPE
+    ):
         raise UsageError("TLS is on (tlsProviderFactoryClass) but tlsCertificatePath or tlsKeyStore is unset")
     if settings.client_auth and settings.trust_path is None:
         raise UsageError("config key tlsClientAuthentication: needs tlsTrustStore (the clients' CA bundle)")
@@ -108,10 +121,21 @@ def client_settings(properties: Mapping[str, str]) -> TlsSettings | None:
         or _path(properties, "tlsTrustStore", "tlsTrustStoreType"),
         client_auth=_flag(properties, "tlsClientAuthentication"),
         hostname_verification=_flag(properties, "tlsHostnameVerificationEnabled"),
+        key_store_type=_kind(
+            properties, "clientKeyStoreType" if "clientKeyStore" in properties else "tlsKeyStoreType"
+        ),
+        trust_store_type=_kind(
+            properties, "clientTrustStoreType" if "clientTrustStore" in properties else "tlsTrustStoreType"
+        ),
+        trust_password_path=_path(properties, "clientTrustStorePasswordPath")
+        or _path(properties, "tlsTrustStorePasswordPath"),
     )
     if settings.trust_path is None:
         raise UsageError("TLS is on but no trust store is set (tlsTrustStore: the bookies' CA bundle)")
-    if settings.client_auth and (settings.key_path is None or settings.certificate_path is None):
+    pem_identity = settings.key_store_type == STORE_TYPE
+    if settings.client_auth and (
+        settings.key_path is None or (settings.certificate_path is None and pem_identity)
+    ):
         raise UsageError("config key tlsClientAuthentication: needs tlsCertificatePath and tlsKeyStore")
     return settings
 
@@ -130,13 +154,25 @@ def _enabled(properties: Mapping[str, str]) -> bool:
 def _path(properties: Mapping[str, str], key: str, type_key: str | None = None) -> Path | None:
     value = properties.get(key, "").strip()
     if type_key is not None:
-        kind = properties.get(type_key, STORE_TYPE).strip().upper() or STORE_TYPE
-        if value and kind != STORE_TYPE:
-            raise UsageError(
-                f"config key {type_key}: {kind} is not supported, bkctl reads PEM files only "
-                "(convert with: openssl pkcs12 -in STORE -nodes)"
-            )
+        _kind(properties, type_key)
     return Path(value).expanduser() if value else None
+
+
+def _kind(properties: Mapping[str, str], type_key: str) -> str:
+    """A store type key's value: PEM (the default), PKCS12 or JKS; UsageError otherwise."""
+    from bkctl.keystores import TYPES
+
+    kind = properties.get(type_key, STORE_TYPE).strip().upper() or STORE_TYPE
+    if kind not in TYPES:
+        raise UsageError(f"config key {type_key}: {kind} is not one of {', '.join(TYPES)}")
+    return kind
+
+
+def _seconds(properties: Mapping[str, str], key: str) -> int:
+    text = properties.get(key, "0").strip() or "0"
+    if not text.isdigit() or int(text) > 86_400 * 365:
+        raise UsageError(f"config key {key}: {text!r} is not a number of seconds (0: off)")
+    return int(text)
 
 
 def _flag(properties: Mapping[str, str], key: str) -> bool:
@@ -157,7 +193,7 @@ def server_context(settings: TlsSettings) -> ssl.SSLContext:
     _load_identity(context, settings)
     if settings.client_auth:
         assert settings.trust_path is not None  # server_settings checked it
-        _load_trust(context, settings.trust_path)
+        _load_trust(context, settings.trust_path, settings.trust_store_type, settings.trust_password_path)
         context.verify_mode = ssl.CERT_REQUIRED  # no certificate, or one not from the trust store: refused
     return context
 
@@ -176,7 +212,7 @@ def client_context(settings: TlsSettings) -> ssl.SSLContext:
     if settings.client_auth:
         _load_identity(context, settings)
     assert settings.trust_path is not None  # client_settings checked it
-    _load_trust(context, settings.trust_path)
+    _load_trust(context, settings.trust_path, settings.trust_store_type, settings.trust_password_path)
     return context
 
 
@@ -199,7 +235,11 @@ def _load_identity(context: ssl.SSLContext, settings: TlsSettings) -> None:
 
     from bkctl.tls_channel import describe
 
-    assert settings.certificate_path is not None and settings.key_path is not None
+    assert settings.key_path is not None
+    if settings.key_store_type != STORE_TYPE:
+        _load_store_identity(context, settings)
+        return
+    assert settings.certificate_path is not None
     password = _read(settings.key_password_path).strip() if settings.key_password_path else None
     certificate = _existing(settings.certificate_path, "tlsCertificatePath")
     key = _existing(settings.key_path, "tlsKeyStore")
@@ -211,10 +251,46 @@ def _load_identity(context: ssl.SSLContext, settings: TlsSettings) -> None:
         ) from None
 
 
-def _load_trust(context: ssl.SSLContext, trust_path: Path) -> None:
+def _load_store_identity(context: ssl.SSLContext, settings: TlsSettings) -> None:
+    """A PKCS12 / JKS key store: its key and chain, through a private temporary PEM file (the standard
+    library loads a chain from a file only), removed at once."""
+    import os
+    import ssl
+    import tempfile
+
+    from bkctl.keystores import identity_pem, read_password
+    from bkctl.tls_channel import describe
+
+    assert settings.key_path is not None
+    chain, key = identity_pem(
+        _existing(settings.key_path, "tlsKeyStore"),
+        settings.key_store_type,
+        read_password(settings.key_password_path),
+    )
+    descriptor, name = tempfile.mkstemp(prefix="bkctl-identity-", suffix=".pem")  # mode 0600
+    try:
+        with os.fdopen(descriptor, "wb") as file:
+            file.write(chain + key)
+        context.load_cert_chain(name)
+    except ssl.SSLError as exc:
+        raise UsageError(f"TLS key store {settings.key_path}: {describe(exc)}") from None
+    finally:
+        os.unlink(name)
+
+
+def _load_trust(
+    context: ssl.SSLContext, trust_path: Path, kind: str = STORE_TYPE, password_path: Path | None = None
+) -> None:
     import ssl
 
     from bkctl.tls_channel import describe
+
+    if kind != STORE_TYPE:
+        from bkctl.keystores import read_password, trust_pem
+
+        bundle = trust_pem(_existing(trust_path, "tlsTrustStore"), kind, read_password(password_path))
+        context.load_verify_locations(cadata=bundle.decode())
+        return
 
     # No client-CA list is sent: a peer then offers its certificate whatever CA signed it (Java's key
     # manager skips a certificate whose issuer is not in a non-empty list).

@@ -55,7 +55,7 @@ def test_server_keys_as_java_reads_them(certs: Certificates) -> None:
     ("keys", "words"),
     [
         ({"tlsProviderFactoryClass": "com.example.Tls"}, "tlsProviderFactoryClass"),
-        ({"tlsKeyStoreType": "JKS"}, "tlsKeyStoreType: JKS is not supported"),
+        ({"tlsKeyStoreType": "BKS"}, "tlsKeyStoreType: BKS is not one of PEM, PKCS12, JKS"),
         ({"tlsCertificatePath": ""}, "tlsCertificatePath or tlsKeyStore"),
         ({"tlsClientAuthentication": "true"}, "needs tlsTrustStore"),
         ({"tlsClientAuthentication": "maybe"}, "not true or false"),
@@ -91,9 +91,9 @@ def test_client_keys_java_names_and_overrides(certs: Certificates) -> None:
         }
     )
     assert settings == tls.TlsSettings(trust_path=certs.ca, hostname_verification=True)
-    with pytest.raises(UsageError, match="clientTrustStoreType: PKCS12"):
+    with pytest.raises(UsageError, match="clientTrustStoreType: BKS"):
         tls.client_settings(
-            {"tlsProviderFactoryClass": JAVA, "clientTrustStore": "x.p12", "clientTrustStoreType": "PKCS12"}
+            {"tlsProviderFactoryClass": JAVA, "clientTrustStore": "x.bks", "clientTrustStoreType": "BKS"}
         )
     with pytest.raises(UsageError, match="needs tlsCertificatePath and tlsKeyStore"):
         tls.client_settings(

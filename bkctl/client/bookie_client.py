@@ -35,11 +35,13 @@ from twisted.internet.defer import Deferred
 from twisted.python.failure import Failure
 
 from bkctl import limits
+from bkctl.client.sasl_auth import ClientAuth
 from bkctl.client.start_tls import ClientUpgrade
-from bkctl.errors import ProtocolError, TimeoutError_, UnavailableError, UsageError
+from bkctl.errors import AccessDeniedError, ProtocolError, TimeoutError_, UnavailableError, UsageError
 from bkctl.model import BookieId
 from bkctl.netio import write_now
 from bkctl.protocol import wire, wire_v3
+from bkctl.sasl import ClientSasl
 from bkctl.tls import TlsSettings
 
 log = logging.getLogger(__name__)
@@ -48,6 +50,8 @@ RC_TIMEOUT = -1001  # format fact
 # A bookie found not registered is looked up again after this long, not at every ledger naming it
 UNREGISTERED_RECHECK_S = 1.0  # local bound
 RC_UNAVAILABLE = -1002
+# The bookie refused this client's SASL credentials (client/sasl_auth.py); -1003 is reads.RC_DIGEST.
+RC_UNAUTHENTICATED = -1004
 
 Callback = Callable[[int, bytes], None]
 Key = tuple[int, int, int]
@@ -90,6 +94,8 @@ def rc_text(rc: int) -> str:
         return "timed out"
     if rc == RC_UNAVAILABLE:
         return "unavailable"
+    if rc == RC_UNAUTHENTICATED:
+        return "authentication refused"
     return wire.rc_name(rc)
 
 
@@ -99,6 +105,11 @@ def error_for(rc: int, what: str) -> Exception:
         return TimeoutError_(f"{what}: no answer within the request timeout")
     if rc == RC_UNAVAILABLE:
         return UnavailableError(f"{what}: bookie unavailable")
+    if rc == RC_UNAUTHENTICATED:
+        return AccessDeniedError(
+            f"{what}: the bookie refused this client's SASL credentials "
+            "(clientAuthProviderFactoryClass in --conf, the BookKeeper section of --jaas)"
+        )
     return wire.error_for_rc(rc, what)
 
 
@@ -115,31 +126,54 @@ class _Connection(protocol.Protocol):
     def __init__(self, client: BookieClient) -> None:
         self.client = client
         self.tls: ClientUpgrade | None = None  # with TLS: START_TLS, the handshake, then the channel
+        self.auth: ClientAuth | None = None  # with SASL: the AUTH exchange, after TLS
 
     @property
     def socket(self) -> Any:
         """The transport, untyped: ITransport lacks writeSequence/abortConnection in its stubs."""
         return self.transport
 
+    @property
+    def ready(self) -> bool:
+        """TLS and SASL (when configured) are done: requests may flow."""
+        return (self.tls is None or self.tls.done) and (self.auth is None or self.auth.done)
+
     def connectionMade(self) -> None:
         self.tls = self.client._upgrade(self.socket)
         if self.tls is None:
+            self._secured()
+
+    def _secured(self) -> None:
+        """TLS (if any) is up: authenticate (if configured), then the connection is the client's."""
+        self.auth = self.client._authenticate(self)
+        if self.auth is None:
             self.client._connected(self)
 
     def dataReceived(self, data: bytes) -> None:
         tls = self.tls
         if tls is None:
-            self.client._data_received(self, data)
+            self._plaintext(data)
         elif tls.done:
             plaintext = tls.receive(data)
             if plaintext:
-                self.client._data_received(self, plaintext)
+                self._plaintext(plaintext)
         else:
             plaintext = tls.data_received(data)
             if tls.done:
-                self.client._connected(self)
+                self._secured()
                 if plaintext:
-                    self.client._data_received(self, plaintext)
+                    self._plaintext(plaintext)
+
+    def _plaintext(self, data: bytes) -> None:
+        auth = self.auth
+        if auth is not None and not auth.done:
+            data = auth.data_received(data)
+            if not auth.done:
+                return
+            self.client._connected(self)
+            if not data:
+                return
+        self.client._data_received(self, data)
 
     def send(self, chunks: list[bytes]) -> None:
         """Write requests now (netio.write_now), encrypted first on a TLS connection."""
@@ -157,9 +191,12 @@ class _Connection(protocol.Protocol):
     def connectionLost(self, reason: Failure = protocol.connectionDone) -> None:
         if self.tls is not None:
             self.tls.lost(reason)
-            if not self.tls.done:
-                self.client._connect_failed(reason)  # never connected: as a refused connection
-                return
+        if self.auth is not None:
+            self.auth.lost()
+        if not self.ready:
+            refused = self.auth is not None and self.auth.failure is not None
+            self.client._connect_failed(reason, RC_UNAUTHENTICATED if refused else RC_UNAVAILABLE)
+            return
         self.client._connection_lost(self, reason)
 
 
@@ -191,10 +228,12 @@ class BookieClient:
         resolver: Resolver | None = None,
         protocol: str = "v2",
         tls: TlsSettings | None = None,
+        sasl: ClientSasl | None = None,
     ) -> None:
         check_protocol(protocol)
         self.bookie_id = bookie_id
         self._tls = tls  # every new connection sends START_TLS first (bkctl/tls.py)
+        self._sasl = sasl  # then authenticates (bkctl/sasl.py)
         self.protocol = protocol
         self._v3 = protocol == "v3"
         self._txn_id = 0
@@ -549,12 +588,27 @@ class BookieClient:
         upgrade.begin()
         return upgrade
 
-    def _connect_failed(self, reason: Failure) -> None:
+    def _authenticate(self, connection: _Connection) -> ClientAuth | None:
+        if self._sasl is None:
+            return None
+        auth = ClientAuth(
+            connection.send,
+            connection.socket.abortConnection,
+            self._sasl,
+            self._v3,
+            self.bookie_id,
+            self._reactor,
+            self._connect_timeout_s,
+        )
+        auth.begin()
+        return auth
+
+    def _connect_failed(self, reason: Failure, rc: int = RC_UNAVAILABLE) -> None:
         self._connecting = False
         self._resolved = False
         log.info("bookie %s: cannot connect: %s", self.bookie_id, reason.getErrorMessage())
         self._start_backoff()
-        self._fail_all()
+        self._fail_all(rc)
 
     def _connection_lost(self, connection: _Connection, reason: Failure) -> None:
         if connection is not self._connection:
@@ -573,7 +627,7 @@ class BookieClient:
         self._backoff_s = min(self._backoff_max_s, max(self._backoff_min_s, self._backoff_s * 2))
         self._retry_at = self._reactor.seconds() + self._backoff_s
 
-    def _fail_all(self) -> None:
+    def _fail_all(self, rc: int = RC_UNAVAILABLE) -> None:
         """Fail every unanswered request (they will never be answered on a new connection)."""
         waiting, self._waiting = self._waiting, {}
         self._timeline = deque()
@@ -592,7 +646,7 @@ class BookieClient:
         for waiter in waiters:
             waiter[0] = None
         for on_reply, argument in failed:
-            on_reply(argument, RC_UNAVAILABLE, b"")
+            on_reply(argument, rc, b"")
 
     # --- life -----------------------------------------------------------------------------------
 
@@ -650,6 +704,7 @@ class BookieClients:
         resolver: Resolver | None = None,
         protocol: str = "v2",
         tls: TlsSettings | None = None,
+        sasl: ClientSasl | None = None,
         **options: int,
     ) -> None:
         check_protocol(protocol)
@@ -657,6 +712,7 @@ class BookieClients:
         self._resolver = resolver
         self.protocol = protocol
         self._tls = tls
+        self._sasl = sasl
         self._options: dict[str, Any] = options  # BookieClient's int keywords
         self._clients: dict[str, BookieClient] = {}
         self._v3_clients: dict[str, BookieClient] = {}  # for v3-only requests of a v2 pool
@@ -682,6 +738,7 @@ class BookieClients:
                 resolver=self._resolver,
                 protocol=protocol,
                 tls=self._tls,
+                sasl=self._sasl,
             )
             if self._closed:
                 client.close()

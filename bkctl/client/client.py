@@ -23,6 +23,7 @@ from bkctl.errors import UnauthorizedError, UsageError
 from bkctl.metadata.layout import Layout
 from bkctl.metadata.nodes import Versioned
 from bkctl.model import DigestType, LedgerMetadata, LedgerState, Segment
+from bkctl.sasl import ClientSasl, client_sasl_from_env
 from bkctl.tls import TlsSettings, client_settings_from_env
 
 T = TypeVar("T")
@@ -41,6 +42,7 @@ class Client:
         recovery_reads_in_flight: int = limits.CLIENT_RECOVERY_READS_IN_FLIGHT,
         protocol: str = "v2",
         tls: TlsSettings | None = None,
+        sasl: ClientSasl | None = None,
         recovery_password: bytes = b"",
         recovery_digest: DigestType = DigestType.CRC32,
         placement_policy: placement.Placement | None = None,
@@ -58,7 +60,8 @@ class Client:
         if bookies is None:
             tls = tls or client_settings_from_env(os.environ)  # `bkctl --tls ...` (cli.py)
             # protocol: the bookies' wire protocol, "v2" (default) or "v3" (BookieClients).
-            bookies = BookieClients(reactor, self._registered_address, protocol, tls, **bookie_options)
+            sasl = sasl or client_sasl_from_env()  # `bkctl --conf ... --jaas ...` (bkctl/sasl.py)
+            bookies = BookieClients(reactor, self._registered_address, protocol, tls, sasl, **bookie_options)
         self.bookies = bookies
         # Recovery reads kept in flight past the LAC; 1 reproduces a one-at-a-time reader's frames.
         self.recovery_reads_in_flight = recovery_reads_in_flight

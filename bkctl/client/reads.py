@@ -16,8 +16,9 @@ from typing import NamedTuple, Protocol
 from twisted.internet.defer import Deferred
 
 from bkctl import limits
-from bkctl.client.bookie_client import RC_TIMEOUT, RC_UNAVAILABLE, BookieClients, rc_text
+from bkctl.client.bookie_client import RC_TIMEOUT, RC_UNAUTHENTICATED, RC_UNAVAILABLE, BookieClients, rc_text
 from bkctl.errors import (
+    AccessDeniedError,
     BkctlError,
     CorruptDataError,
     NotFoundError,
@@ -78,6 +79,8 @@ def failure_for(ledger_id: int, entry_id: int, answers: Sequence[tuple[str, int]
     what = f"ledger {ledger_id} entry {entry_id}"
     detail = ", ".join(f"{bookie} {rc_text(rc)}" for bookie, rc in answers)
     codes = {rc for _, rc in answers}
+    if RC_UNAUTHENTICATED in codes:
+        return AccessDeniedError(f"{what}: SASL credentials refused ({detail})")
     if _EUA in codes:
         return UnauthorizedError(f"{what}: wrong password ({detail})")
     if codes <= _ABSENT:
@@ -235,6 +238,8 @@ class LastConfirmedRead:
         message = f"cannot {what} ledger {self.handle.ledger_id}: too few bookies answered ({detail})"
         if all(rc in (RC_TIMEOUT, _EOK, *_ABSENT) for _, rc in self.codes):
             return TimeoutError_(message)
+        if any(rc == RC_UNAUTHENTICATED for _, rc in self.codes):
+            return AccessDeniedError(f"{message}: SASL credentials refused")
         return UnavailableError(message)
 
     def _finish(self, error: BkctlError | None) -> None:

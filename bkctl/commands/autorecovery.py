@@ -218,7 +218,7 @@ def start(
             "--conf",
             "-c",
             envvar="BKCTL_CONF",
-            help="A bk_server.conf: the autorecovery and placement policy keys are read.",
+            help="A bk_server.conf: the autorecovery, placement policy and security keys are read.",
         ),
     ] = None,
     parallel: Annotated[int, typer.Option("--parallel", min=1, max=64, help="Ledgers repaired at once.")] = 4,
@@ -231,20 +231,12 @@ def start(
 ) -> None:
     """Run an autorecovery daemon in the foreground (BookKeeper's AutoRecoveryMain) until SIGTERM/Ctrl-C:
     a vote for auditor, the auditor while elected, and a replication worker."""
-    from bkctl.commands.options import metadata_choice
+    from bkctl.commands.options import conf_properties, metadata_choice
 
-    properties = _conf_properties(conf)
+    properties = conf_properties(conf)
     uri = metadata_choice(metadata or properties.get("metadataServiceUri"))
     daemon_id = bookie_id or f"{socket.gethostname()}:{os.getpid()}"
     run_daemon(uri, daemon_id, bookie_id, properties, parallel, http_port)
-
-
-def _conf_properties(conf: Path | None) -> dict[str, str]:
-    if conf is None:
-        return {}
-    from bkctl.server.config import read_properties_file
-
-    return read_properties_file(conf)
 
 
 def run_daemon(

@@ -26,7 +26,10 @@ cookie_app = typer.Typer(name="cookie", help="Show or update a bookie's cookies.
 app.add_typer(cookie_app, name="cookie")
 
 ConfOption = Annotated[
-    Path | None, typer.Option("--conf", "-c", help="A bk_server.conf (Java properties); flags override it.")
+    Path | None,
+    typer.Option(
+        "--conf", "-c", envvar="BKCTL_CONF", help="A bk_server.conf (Java properties); flags override it."
+    ),
 ]
 PortOption = Annotated[int | None, typer.Option("--port", "-p", help="bookiePort (0: any free port).")]
 JournalDirOption = Annotated[
@@ -78,9 +81,10 @@ def _config(
     advertised_address: str | None = None,
     **keys: str | None,
 ) -> BookieConfig:
-    from bkctl.server.config import load_config, read_properties_file
+    from bkctl.commands.options import conf_properties
+    from bkctl.server.config import load_config
 
-    properties = read_properties_file(conf) if conf is not None else {}
+    properties = conf_properties(conf)
     flags: dict[str, str | None] = {
         "bookiePort": None if port is None else str(port),
         "journalDirectories": _join(journal_dirs),
@@ -160,7 +164,9 @@ def start(
         if server_log.getEffectiveLevel() > logging.INFO:
             server_log.setLevel(logging.INFO)  # a server logs what it does; -v adds debug
     _warn_unused_keys(config)
-    properties = _properties(conf)
+    from bkctl.commands.options import conf_properties
+
+    properties = conf_properties(conf)
     with_daemon = autorecovery or properties.get("autoRecoveryDaemonEnabled", "").strip().lower() == "true"
     if with_daemon:
         from bkctl.tls import client_settings
@@ -171,20 +177,17 @@ def start(
 
 def _warn_unused_keys(config: BookieConfig) -> None:
     """Once, at WARNING: the conf's keys that change nothing here (a Java conf holds many)."""
+    from bkctl.metadata.zk_auth import ENABLE_SECURITY_KEY
     from bkctl.recovery.config import DAEMON_KEYS
+    from bkctl.sasl import CLIENT_KEYS as SASL_CLIENT_KEYS
     from bkctl.tls import CLIENT_KEYS
 
-    unused = [key for key in config.unused_keys if key not in DAEMON_KEYS and key not in CLIENT_KEYS]
+    used_elsewhere = {*DAEMON_KEYS, *CLIENT_KEYS, *SASL_CLIENT_KEYS, ENABLE_SECURITY_KEY}
+    unused = [key for key in config.unused_keys if key not in used_elsewhere]
     if unused:
         logging.getLogger("bkctl.bookie").warning(
             "config keys not implemented by bkctl, ignored (%d): %s", len(unused), ", ".join(unused)
         )
-
-
-def _properties(conf: Path | None) -> dict[str, str]:
-    from bkctl.server.config import read_properties_file
-
-    return read_properties_file(conf) if conf is not None else {}
 
 
 def _run(config: BookieConfig, uri: str, port_file: Path | None, autorecovery: dict[str, str] | None) -> None:

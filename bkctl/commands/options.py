@@ -7,6 +7,7 @@ The store backends (kazoo, sqlite3) are imported only when a command opens the s
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -45,6 +46,17 @@ PlacementConfOption = Annotated[
         show_default=False,
     ),
 ]
+
+
+def conf_properties(conf: Path | None) -> dict[str, str]:
+    """Java's keys in a command's `--conf` (or BKCTL_CONF, the root `--conf`), {} without one. The
+    metadata store reads its security keys (zkEnableSecurity) from the same file, so it is exported."""
+    if conf is None:
+        return {}
+    from bkctl.properties import ENV_CONF, read_properties_file
+
+    os.environ[ENV_CONF] = str(conf)
+    return read_properties_file(conf)
 
 
 @contextmanager

@@ -108,10 +108,10 @@ def run_client(
 def placement_policy(layout: Layout, conf: Path | None, overrides: dict[str, str] | None = None) -> Placement:
     """The placement policy of `--conf FILE` (Java properties; $BKCTL_CONF through the option), its
     keys overridden by flags (`overrides`); the random policy without either."""
+    from bkctl.commands.options import conf_properties
     from bkctl.recovery.policy import placement_from_properties
-    from bkctl.server.config import read_properties_file
 
-    properties = read_properties_file(conf) if conf is not None else {}
+    properties = conf_properties(conf)
     properties.update(overrides or {})
     return placement_from_properties(properties, layout.store)
 

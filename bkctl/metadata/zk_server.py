@@ -38,6 +38,14 @@ forceSync=no
 preAllocSize=4096
 maxClientCnxns=0
 """
+# With `sasl_users`: ZooKeeper's SASL provider (DIGEST-MD5 accounts of the JAAS Server section).
+SASL_CONFIG = "authProvider.1=org.apache.zookeeper.server.auth.SASLAuthenticationProvider\n"
+SASL_JAAS = """\
+Server {{
+    org.apache.zookeeper.server.auth.DigestLoginModule required
+{users};
+}};
+"""
 
 
 def free_port() -> int:
@@ -63,8 +71,18 @@ def four_letter_word(port: int, word: str, timeout_s: float = 1.0) -> str:
 class ZooKeeperServer:
     """`with ZooKeeperServer() as zk: open_store(zk.hosts)`; `start()`/`stop()` for fixtures."""
 
-    def __init__(self, *, heap_mb: int = 256, tick_ms: int = 200, java: str = "java") -> None:
+    def __init__(
+        self,
+        *,
+        heap_mb: int = 256,
+        tick_ms: int = 200,
+        java: str = "java",
+        sasl_users: dict[str, str] | None = None,
+    ) -> None:
+        """`sasl_users`: {name: password} that may authenticate with SASL DIGEST-MD5 (docs/bookie.md
+        "Security"); None: no authentication provider (clients are anonymous, ACLs still apply)."""
         self.heap_mb, self.tick_ms, self.java = heap_mb, tick_ms, java
+        self.sasl_users = sasl_users
         self.port = 0
         self.directory: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -132,9 +150,11 @@ class ZooKeeperServer:
             CONFIG.format(
                 tick_ms=self.tick_ms, min_session_ms=2 * self.tick_ms, data_dir=data_dir, port=self.port
             )
+            + (SASL_CONFIG if self.sasl_users is not None else "")
         )
         command = [
             java,
+            *self._sasl_jvm_options(),
             f"-Xmx{self.heap_mb}m",
             "-XX:+UseSerialGC",
             "-XX:TieredStopAtLevel=1",
@@ -156,6 +176,15 @@ class ZooKeeperServer:
                 return True
             time.sleep(0.02)
         return False
+
+    def _sasl_jvm_options(self) -> list[str]:
+        if self.sasl_users is None:
+            return []
+        assert self.directory is not None
+        jaas = self.directory / "jaas.conf"
+        users = "\n".join(f'    user_{name}="{password}"' for name, password in self.sasl_users.items())
+        jaas.write_text(SASL_JAAS.format(users=users))
+        return [f"-Djava.security.auth.login.config={jaas}"]
 
     def log_tail(self, lines: int = 5) -> str:
         if self.directory is None or not (self.directory / "zk.log").exists():

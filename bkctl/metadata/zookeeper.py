@@ -22,9 +22,12 @@ from typing import Any, TypeVar
 from kazoo.client import KazooClient, KazooState
 from kazoo.exceptions import (
     EXCEPTIONS,
+    AuthFailedError,
     BadArgumentsError,
     ConnectionClosedError,
+    InvalidACLError,
     KazooException,
+    NoAuthError,
     NoChildrenForEphemeralsError,
     NoNodeError,
     RolledBackError,
@@ -41,6 +44,7 @@ from kazoo.retry import KazooRetry
 
 from bkctl import limits
 from bkctl.errors import (
+    AccessDeniedError,
     BadVersionError,
     BkctlError,
     EphemeralParentError,
@@ -76,6 +80,7 @@ from bkctl.metadata.store import (
     run_callback,
     validate_path,
 )
+from bkctl.metadata.zk_auth import ZkAuth, zk_auth_from_env
 from bkctl.metadata.zk_multiread import Answer, MultiRead, MultiReadError
 from bkctl.metadata.zk_poll import PollHandler
 
@@ -132,6 +137,18 @@ def _map_error(exc: BaseException, path: str, *, creating: bool = False) -> Bkct
         return EphemeralParentError(f"metadata node {parent_of(path)} is ephemeral: it cannot have children")
     if isinstance(exc, ZkSessionExpiredError):
         return SessionExpiredError("ZooKeeper session expired")
+    if isinstance(exc, NoAuthError):
+        return AccessDeniedError(
+            f"ZooKeeper refused access to {path} (NoAuth): its ACL does not admit this client's credentials "
+            "(--jaas FILE with a Client section)"
+        )
+    if isinstance(exc, AuthFailedError):
+        return AccessDeniedError("ZooKeeper refused this client's credentials (SASL authentication failed)")
+    if isinstance(exc, InvalidACLError):
+        return AccessDeniedError(
+            f"ZooKeeper refused the ACL of {path} (InvalidACL): creator-only ACLs (zkEnableSecurity) "
+            "need an authenticated client"
+        )
     if isinstance(exc, BadArgumentsError):
         return UsageError(f"ZooKeeper refused the arguments for {path}")
     if isinstance(exc, ConnectionClosedError):
@@ -239,12 +256,16 @@ class ZooKeeperStore(MetadataStore):
         connect_timeout_ms: int = limits.METADATA_CONNECT_TIMEOUT_MS,
         retry: RetryPolicy | None = None,
         wait_for_server: bool = False,
+        auth: ZkAuth | None = None,
     ) -> None:
         """`wait_for_server`: a daemon started while ZooKeeper is away waits for it up to the retry
         deadline (as an operation rides through an outage) instead of failing after the connect
-        timeout; requests keep their own timeout either way."""
+        timeout; requests keep their own timeout either way. `auth`: credentials and the ACL of
+        created nodes (default: from `--conf` / `--jaas`, bkctl.metadata.zk_auth)."""
         quiet_kazoo_logging()
         self.hosts = hosts
+        self.auth = zk_auth_from_env() if auth is None else auth
+        self.auth.check()
         self.retry = retry or RetryPolicy.from_env(session_timeout_ms)
         check_session_timeout(session_timeout_ms)
         # A request waits through a reconnection within the session, not longer.
@@ -262,6 +283,7 @@ class ZooKeeperStore(MetadataStore):
                 handler=PollHandler(),
                 # Reconnect forever (a bookie outlives ZooKeeper restarts), backing off to 1 s.
                 connection_retry=KazooRetry(max_tries=-1, delay=0.05, max_delay=1.0),
+                **self.auth.kazoo_kwargs(),
             )
         except (ValueError, KazooException) as exc:
             raise UsageError(f"bad ZooKeeper connect string {hosts!r}: {exc}") from exc
@@ -279,7 +301,13 @@ class ZooKeeperStore(MetadataStore):
             raise UnavailableError(
                 f"ZooKeeper {self.hosts} not reachable within {connect_timeout_ms} ms"
             ) from exc
-        if self._client.chroot and self.exists("/") is None:
+        try:
+            # Also where refused credentials show: SASL runs right after the session is made.
+            root_missing = (self._client.chroot or self.auth.has_credentials) and self.exists("/") is None
+        except BkctlError:
+            self.close()
+            raise
+        if root_missing:
             self.close()
             raise NotFoundError(f"ZooKeeper chroot {self._client.chroot} does not exist")
 

@@ -16,12 +16,14 @@ from typing import Final, TypeVar
 import numpy as np
 
 from bkctl import limits
-from bkctl.errors import BkctlError, ProtocolError
+from bkctl.client.sasl_auth import ClientAuth
+from bkctl.errors import AccessDeniedError, BkctlError, ProtocolError
 from bkctl.metadata.layout import Layout
 from bkctl.metadata.stores import layout_at
 from bkctl.pipeline import bitmaps
 from bkctl.pipeline.inventory import Checks, HoldingRow, Verify, holding_rows, problem_row
 from bkctl.protocol import entry_availability, wire, wire_v3
+from bkctl.sasl import ClientSasl, client_sasl_from_env
 
 WINDOW: Final = 256  # requests in flight on one connection
 TIMEOUT_S: Final = 30.0  # local bound: per connect and per reply: a bookie silent this long is not answering
@@ -35,6 +37,7 @@ class OnlineBookie:
     bookie_id: str
     host: str
     port: int
+    sasl: ClientSasl | None = None  # credentials for bookies with SASL (read on the driver, bkctl/sasl.py)
 
 
 def registered_bookies(uri: str) -> tuple[list[OnlineBookie], list[str]]:
@@ -47,6 +50,7 @@ def registered_bookies(uri: str) -> tuple[list[OnlineBookie], list[str]]:
 
 def _reachable(layout: Layout) -> tuple[list[OnlineBookie], list[str]]:
     found, problems = [], []
+    sasl = client_sasl_from_env()
     for bookie_id in sorted(set(layout.bookies()) | set(layout.bookies(readonly=True))):
         address = layout.bookie_rpc_address(bookie_id) or _address_in_id(bookie_id)
         if address is None:
@@ -59,7 +63,7 @@ def _reachable(layout: Layout) -> tuple[list[OnlineBookie], list[str]]:
                 f"bookie {bookie_id} at {address[0]}:{address[1]} does not answer ({exc}); not audited"
             )
             continue
-        found.append(OnlineBookie(bookie_id, *address))
+        found.append(OnlineBookie(bookie_id, *address, sasl))
     return found, problems
 
 
@@ -93,7 +97,7 @@ def _entry_lists(bookie: OnlineBookie, ledger_ids: list[int]) -> Iterator[tuple[
     """(ledger, sorted entry ids) the bookie holds of each of `ledger_ids` it has (ENOLEDGER: none)."""
     encode = wire_v3.encode_entries_of_ledger_request
     requests = ((txn, encode(txn, ledger_id)) for txn, ledger_id in enumerate(ledger_ids))
-    with _Connection(bookie) as connection:
+    with _Connection(bookie, v3=True) as connection:
         for txn, response in connection.exchange(requests, _v3_reply):
             ledger_id = ledger_ids[txn]
             if response.status == wire_v3.StatusCode.ENOLEDGER:
@@ -158,10 +162,30 @@ def _read_reply(payload: bytes) -> tuple[tuple[int, int], wire.ReadResponse]:
 class _Connection:
     """One blocking connection; `exchange` pipelines requests and matches decoded replies by key."""
 
-    def __init__(self, bookie: OnlineBookie) -> None:
+    def __init__(self, bookie: OnlineBookie, v3: bool = False) -> None:
         self._socket = socket.create_connection((bookie.host, bookie.port), timeout=TIMEOUT_S)
         self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._buffer = bytearray()
+        if bookie.sasl is not None:
+            try:
+                self._authenticate(bookie, bookie.sasl, v3)
+            except BaseException:
+                self._socket.close()
+                raise
+
+    def _authenticate(self, bookie: OnlineBookie, sasl: ClientSasl, v3: bool) -> None:
+        """The SASL exchange (client/sasl_auth.py) over this blocking socket, before any request."""
+        send = lambda chunks: self._socket.sendall(b"".join(chunks))  # noqa: E731
+        auth = ClientAuth(send, lambda: None, sasl, v3, bookie.bookie_id, None, TIMEOUT_S)
+        auth.begin()
+        while not auth.done and auth.failure is None:
+            chunk = self._socket.recv(1 << 16)
+            if not chunk:
+                auth.lost()
+                break
+            self._buffer += auth.data_received(chunk)
+        if not auth.done:
+            raise AccessDeniedError(f"bookie {bookie.bookie_id} refused the SASL credentials: {auth.failure}")
 
     def __enter__(self) -> _Connection:
         return self

@@ -1,16 +1,16 @@
 """A bookie's configuration: BookKeeper's bk_server.conf keys, overridden by command-line flags.
 
-Pure: `parse_properties` reads Java properties text, `load_config` turns key/value pairs into a
-validated `BookieConfig`. Keys bkctl does not know are kept in `unused_keys` (`bookie start` lists
-them once at WARNING), so an operator can point `--conf` at the file a Java bookie used; keys whose
-value would change what happens to data or who may connect, where bkctl cannot honour it, refuse
-(REFUSED_KEYS). Every bad value raises UsageError naming the key.
+Pure: `load_config` (over `bkctl.properties`' parsed text) turns key/value pairs into a validated
+`BookieConfig`. Keys bkctl does not know are kept in `unused_keys` (`bookie start` lists them once at
+WARNING), so an operator can point `--conf` at the file a Java bookie used; keys whose value would change
+what happens to data or who may connect, where bkctl cannot honour it, refuse (REFUSED_KEYS). Every bad
+value raises UsageError naming the key.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Final
@@ -21,6 +21,8 @@ from bkctl.model import BookieId
 from bkctl.protocol.properties import bool_key as _bool
 from bkctl.protocol.properties import float_key as _float
 from bkctl.protocol.properties import int_key as _int
+from bkctl.sasl import SERVER_KEYS as SASL_KEYS
+from bkctl.sasl import BookieSaslKeys, bookie_sasl_keys
 from bkctl.server.storage_kind import configured_kind
 from bkctl.tls import SERVER_KEYS as TLS_KEYS
 from bkctl.tls import TlsSettings, server_settings
@@ -30,8 +32,6 @@ log = logging.getLogger("bkctl.bookie")
 MIB: Final = 1024 * 1024
 DEFAULT_PORT: Final = 3181
 DEFAULT_HOST: Final = "127.0.0.1"
-CONFIG_FILE_SIZE_MAX: Final = 4 * MIB  # local bound
-_ESCAPES: Final = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
 
 
 @dataclass(frozen=True)
@@ -97,6 +97,8 @@ class BookieConfig:
         """The keys given (conf file, then flags), secrets masked: Java's `conf.asJson()`."""
         return {key: "****" if "password" in key.lower() else value for key, value in self.properties}
 
+    sasl: BookieSaslKeys | None = None  # SASL clients only (bkctl/sasl.py); None: any client is served
+
     @property
     def effective_index_dirs(self) -> tuple[Path, ...]:
         return self.index_dirs or self.ledger_dirs
@@ -112,81 +114,6 @@ class BookieConfig:
         if self.bookie_id:
             return self.bookie_id
         return f"{self.advertised_address or DEFAULT_HOST}:{self.port if port is None else port}"
-
-
-# --- Java properties --------------------------------------------------------------------------------
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """Java `.properties` text -> {key: value}: `key=value`, `key: value` or `key value`, `#`/`!`
-    comments, backslash line continuations and escapes (`\\t`, `\\uXXXX`, `\\=`). Later keys win."""
-    result: dict[str, str] = {}
-    for line in _logical_lines(text):
-        key, value = _split_entry(line)
-        result[key] = value
-    return result
-
-
-def _logical_lines(text: str) -> Iterator[str]:
-    pending = ""
-    for raw in text.splitlines():
-        line = raw.lstrip(" \t\f")
-        if not pending and (not line or line[0] in "#!"):
-            continue
-        # An odd number of trailing backslashes continues the line (an even number is escaped ones).
-        trailing = len(line) - len(line.rstrip("\\"))
-        if trailing % 2:
-            pending += line[:-1]
-            continue
-        yield pending + line
-        pending = ""
-    if pending:
-        yield pending
-
-
-def _split_entry(line: str) -> tuple[str, str]:
-    index = 0
-    while index < len(line) and line[index] not in "=: \t\f":
-        index += 2 if line[index] == "\\" else 1
-    key, rest = line[:index], line[index:].lstrip(" \t\f")
-    if rest[:1] in ("=", ":"):
-        rest = rest[1:].lstrip(" \t\f")
-    return _unescape(key), _unescape(rest)
-
-
-def _unescape(text: str) -> str:
-    if "\\" not in text:
-        return text
-    out: list[str] = []
-    index = 0
-    while index < len(text):
-        char = text[index]
-        if char != "\\" or index + 1 == len(text):
-            out.append(char)
-            index += 1
-            continue
-        code = text[index + 1]
-        if code == "u" and _is_hex(text[index + 2 : index + 6]):
-            out.append(chr(int(text[index + 2 : index + 6], 16)))
-            index += 6
-            continue
-        out.append(_ESCAPES.get(code, code))
-        index += 2
-    return "".join(out)
-
-
-def _is_hex(text: str) -> bool:
-    return len(text) == 4 and all(c in "0123456789abcdefABCDEF" for c in text)
-
-
-def read_properties_file(path: Path) -> dict[str, str]:
-    """Read a bk_server.conf; UsageError if it is missing, unreadable or implausibly large."""
-    try:
-        if path.stat().st_size > CONFIG_FILE_SIZE_MAX:
-            raise UsageError(f"config file {path} is larger than {CONFIG_FILE_SIZE_MAX} bytes")
-        return parse_properties(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read config file {path}: {exc}") from None
 
 
 # --- values -----------------------------------------------------------------------------------------
@@ -330,6 +257,7 @@ KEYS: Final[Mapping[str, Setter]] = {
     ),
     # TLS keys are read together once all are known (bkctl.tls.server_settings checks them as a set).
     **{key: (lambda k, v: {f"_tls:{k}": v}) for key in TLS_KEYS},
+    **{key: (lambda k, v: {f"_sasl:{k}": v}) for key in SASL_KEYS},
 }
 
 
@@ -343,7 +271,6 @@ def _alignment(key: str, value: str) -> int:
 # Keys whose value bkctl cannot honour and whose absence changes who may connect or where data goes:
 # key -> the values that mean what bkctl does anyway. Any other non-empty value refuses the start.
 REFUSED_KEYS: Final[Mapping[str, frozenset[str]]] = {
-    "bookieAuthProviderFactoryClass": frozenset(),
     "ensemblePlacementPolicy": frozenset(
         {
             "org.apache.bookkeeper.client.RackawareEnsemblePlacementPolicy",
@@ -395,6 +322,9 @@ def _finish(values: dict[str, Any]) -> BookieConfig:
     compaction_rate = values.pop("_compaction_rate", None)
     tls_keys = {key[5:]: values.pop(key) for key in list(values) if key.startswith("_tls:")}
     values["tls"] = server_settings(tls_keys)
+    values["sasl"] = bookie_sasl_keys(
+        {key[6:]: values.pop(key) for key in list(values) if key.startswith("_sasl:")}
+    )
     if compaction_rate is not None and "compaction_rate_by_entries" not in values:
         values["compaction_rate_by_entries"] = compaction_rate  # Java: the older key, when the newer is unset
     if values.get("metadata_uri") is None and zk_servers:

@@ -66,6 +66,8 @@ class NetworkMetrics:
     tls_handshakes: int = 0  # connections switched to TLS by START_TLS
     tls_handshake_failures: int = 0
     tls_required_refusals: int = 0  # requests answered EUA before START_TLS (tlsRequired)
+    sasl_refusals: int = 0  # connections refused by SASL (server/sasl_auth.py)
+    sasl_unauthenticated_requests: int = 0  # requests answered EUA before the client authenticated
 
 
 class ConnectionFactory(Protocol):

@@ -285,6 +285,18 @@ def prometheus_lines(bookie: BookieView) -> Iterator[str]:
         net.tls_required_refusals,
     )
     yield from metric(
+        "bkctl_bookie_sasl_refusals_total",
+        "counter",
+        "Connections refused by SASL authentication (logged with the peer and why).",
+        net.sasl_refusals,
+    )
+    yield from metric(
+        "bkctl_bookie_sasl_unauthenticated_requests_total",
+        "counter",
+        "Requests answered EUA before the client authenticated (SASL on).",
+        net.sasl_unauthenticated_requests,
+    )
+    yield from metric(
         "bkctl_bookie_read_pauses_total",
         "counter",
         "Times a connection stopped being read (backpressure).",

@@ -31,9 +31,11 @@ from bkctl import limits
 from bkctl.errors import ProtocolError
 from bkctl.netio import write_now
 from bkctl.protocol import wire, wire_v3
-from bkctl.server import start_tls
+from bkctl.sasl import BookieSasl
+from bkctl.server import sasl_auth, start_tls
 from bkctl.server.connection import NetworkMetrics, StorageApi
 from bkctl.server.protocol_v3 import LateReply, V3Requests
+from bkctl.server.sasl_auth import ServerAuth
 from bkctl.tls_channel import TlsChannel, TlsError
 
 log = logging.getLogger("bkctl.bookie")
@@ -111,6 +113,8 @@ class BookieProtocol(protocol.Protocol):
         self.tls_state: str | None = None  # set by START_TLS (server/start_tls.py)
         self.tls: TlsChannel | None = None  # after START_TLS: every byte in and out goes through it
         self._unprotected = factory.tls_required  # tlsRequired, before the handshake: see _frames
+        # SASL on, before the client authenticated (server/sasl_auth.py); None when it is off or done.
+        self.auth: ServerAuth | None = ServerAuth(factory.sasl) if factory.sasl is not None else None
         self._transport: Any = None  # the ITransport, untyped: zope interfaces and mypy do not mix
         self._v3 = V3Requests(self)  # v3 (protobuf) frames: server/protocol_v3.py
 
@@ -145,6 +149,15 @@ class BookieProtocol(protocol.Protocol):
 
     def protected(self) -> None:
         self._unprotected = False
+
+    def _gated(self, payload: bytes) -> bool:
+        """A frame before TLS (tlsRequired) or SASL completed: True when answered here."""
+        if self._unprotected and start_tls.refused(self, payload):
+            return True
+        auth = self.auth
+        if auth is None or auth.authenticated:
+            return False
+        return sasl_auth.gated(self, auth, payload)
 
     def broken(self) -> None:
         """Nothing more is read from this connection (it is closing)."""
@@ -240,7 +253,9 @@ class BookieProtocol(protocol.Protocol):
         add = self.storage.add
         pack = _FRAMED_ADD_RESPONSE.pack
         reply_size = wire.RESPONSE_FIXED_SIZE
-        unprotected = self._unprotected  # only a handshake, never this loop, clears it
+        # tlsRequired before its handshake, or SASL before the client authenticated (only then does
+        # this loop's view change: `_gated` looks again for each frame).
+        gated = self._unprotected or (self.auth is not None and not self.auth.authenticated)
         v3_frame = self._v3.frame
         v3_add = wire_v3.v3_add  # C when built, else its Python reference
         problem = None
@@ -259,10 +274,8 @@ class BookieProtocol(protocol.Protocol):
                 if position > end:
                     position = start
                     break
-                if unprotected and start_tls.refused(
-                    self, bytes(buffer[start + wire.LENGTH_PREFIX_SIZE : position])
-                ):
-                    continue  # tlsRequired: answered EUA (anything but START_TLS and AUTH)
+                if gated and self._gated(bytes(buffer[start + wire.LENGTH_PREFIX_SIZE : position])):
+                    continue  # answered EUA (tlsRequired, SASL), or an AUTH step
                 if header >> 16 == _ADD_V2_HEADER_HIGH and size >= _ADD_SIZE_MIN:
                     # A version 2 add, the bookie's hottest path: handled here, not in _handle. The entry
                     # is a bytearray, one copy out of the buffer (storage copies it into its cache).
@@ -460,6 +473,7 @@ class BookieFactory(protocol.Factory):
         tls_context: ssl.SSLContext | None = None,
         tls_required: bool = False,
         reactor: Any = None,
+        sasl: BookieSasl | None = None,
     ) -> None:
         if reactor is None:
             from twisted.internet import reactor as default_reactor
@@ -469,6 +483,7 @@ class BookieFactory(protocol.Factory):
         self.storage = storage
         self.tls_context = tls_context  # bkctl.tls.server_context; None: START_TLS answered EBADREQ
         self.tls_required = tls_required  # only START_TLS and AUTH before the handshake
+        self.sasl = sasl  # only START_TLS and AUTH before a client authenticated (bkctl/sasl.py)
         self.frame_size_max = frame_size_max
         self.pending_adds_max = pending_adds_max
         self.tcp_no_delay = tcp_no_delay

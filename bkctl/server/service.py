@@ -28,7 +28,9 @@ from bkctl.metadata.retry import RetryPolicy
 from bkctl.metadata.store import MetadataStore, parse_metadata_uri
 from bkctl.metadata.stores import open_store
 from bkctl.protocol import metadata_format as mf
+from bkctl.sasl import bookie_sasl
 from bkctl.server import bookie_status, cookies
+from bkctl.server.cert_reload import CertificateReloader
 from bkctl.server.config import BookieConfig
 from bkctl.server.connection import NetworkMetrics
 from bkctl.server.dirlock import DirectoryLocks, holder_text, lock_directories
@@ -140,6 +142,7 @@ class BookieService:
             config.tcp_no_delay,
             tls_context=server_context(config.tls) if config.tls else None,  # bad files fail here
             tls_required=config.tls.required if config.tls else False,
+            sasl=bookie_sasl(config.sasl) if config.sasl else None,  # the JAAS file is read here
         )
         self.factory.ready = False
         self.store: MetadataStore | None = None
@@ -156,6 +159,7 @@ class BookieService:
         self._listener: Any = None
         self._http_listener: Any = None
         self._watcher: task.LoopingCall | None = None
+        self._reloader: CertificateReloader | None = None  # tlsCertFilesRefreshDurationSeconds
         self._session_sub: Any = None
         self._stopping: Deferred[None] | None = None
         self._locks: DirectoryLocks | None = None
@@ -201,11 +205,18 @@ class BookieService:
             self.storage, self.layout, gc_settings(self.config), self._reactor, self._gc_done, self.bookie_id
         )
         self.gc.start()
+        tls = self.config.tls
+        if tls is not None and tls.refresh_s > 0:
+            self._reloader = CertificateReloader(tls, self._use_tls_context, self._reactor, tls.refresh_s)
+            self._reloader.start()
         self._watcher = task.LoopingCall(self._check_read_only)
         self._watcher.clock = self._reactor
         self._watcher.start(self.config.disk_check_interval_ms / 1000.0, now=False).addErrback(
             lambda f: log.error("read-only watcher failed: %s", f.getErrorMessage())
         )
+
+    def _use_tls_context(self, context: Any) -> None:
+        self.factory.tls_context = context  # the next START_TLS takes it
 
     def _start_http(self) -> None:
         from twisted.web.server import Site
@@ -363,6 +374,8 @@ class BookieService:
         self.state = "stopping"
         if self._watcher is not None and self._watcher.running:
             self._watcher.stop()
+        if self._reloader is not None:
+            self._reloader.stop()
         if self._session_sub is not None:
             self._session_sub.cancel()
         if self.gc is not None:

@@ -11,12 +11,8 @@ from hypothesis import strategies as st
 
 from bkctl import limits
 from bkctl.errors import UsageError
-from bkctl.server.config import (
-    BookieConfig,
-    load_config,
-    parse_properties,
-    read_properties_file,
-)
+from bkctl.properties import parse_properties, read_properties_file
+from bkctl.server.config import BookieConfig, load_config
 
 SAMPLE = r"""
 # A Java bookie's conf, trimmed.
