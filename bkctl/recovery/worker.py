@@ -101,6 +101,7 @@ class ReplicationWorker:
         self._work: set[Deferred[Any]] = set()
         self._releases: dict[int, Any] = {}  # ledger -> the delayed release of its lock (backoff)
         self._sleeps: set[Deferred[None]] = set()
+        self.scans = 0  # walks of the marks done: what "nothing happened since" is counted in
 
     def start(self) -> None:
         self._running = True
@@ -180,6 +181,7 @@ class ReplicationWorker:
 
     def _scan_done(self, _result: object) -> None:
         self._scanning = False
+        self.scans += 1
         self._schedule_scan(self._config.poll_interval_s)
 
     def _work_done(self, _result: object, work: Deferred[Any], ledger_id: int) -> None:
