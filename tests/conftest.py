@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from bkctl.errors import UnavailableError
 from bkctl.metadata.sqlite import SqliteStore
@@ -19,12 +20,70 @@ from bkctl.metadata.store import MetadataStore
 from bkctl.metadata.zk_server import ZooKeeperServer
 from bkctl.metadata.zookeeper import ZooKeeperStore
 
+# No per-example deadline in property tests: a wall-clock limit fails them on a loaded machine, not on a
+# bug (a slow example is still found by the durations report).
+settings.register_profile("bkctl", deadline=None)
+settings.load_profile("bkctl")
+
 REPO = Path(__file__).resolve().parents[1]
 JAVA_TESTDATA = REPO / "tests" / "data" / "bookkeeper-java"
 JAVA_BOOKIES = JAVA_TESTDATA / "bookies-snapshot1"
 JAVA_SHELL_OUTPUT = JAVA_TESTDATA / "shell-output"
 JAVA_ZK_DUMPS = JAVA_TESTDATA / "zk"
 JAVA_WIRE = JAVA_TESTDATA / "wire"
+
+
+# --- the edit-test loop's subset: `scripts/test --quick` ---------------------------------------------
+
+# Under 3 minutes on 2 cores: the codecs and inspectors, the storage engine in process, the metadata
+# stores and layout, the client's and the auditor's pure parts. Tests marked slow or spark are left out
+# even here. CI (`scripts/test`) runs everything.
+QUICK = (
+    "tests/test_entry.py",
+    "tests/test_entry_availability.py",
+    "tests/test_entrylog_format.py",
+    "tests/test_fastadd.py",
+    "tests/test_golden_data.py",
+    "tests/test_index_format.py",
+    "tests/test_journal_format.py",
+    "tests/test_metadata_format.py",
+    "tests/test_netio.py",
+    "tests/test_output.py",
+    "tests/test_quorum.py",
+    "tests/test_tidy.py",
+    "tests/test_tls_channel.py",
+    "tests/test_tls_settings.py",
+    "tests/test_wire.py",
+    "tests/test_wire_v3.py",
+    "tests/server/",
+    "tests/layout/test_layout.py",
+    "tests/metadata/test_store_sqlite.py",
+    "tests/metadata/test_store_uri.py",
+    "tests/metadata/test_zk_multiread.py",
+    "tests/client/test_bookie_client.py",
+    "tests/client/test_capture.py",
+    "tests/client/test_placement.py",
+    "tests/pipeline/test_compare.py",
+    "tests/recovery/test_audit.py",
+    "tests/recovery/test_config.py",
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--quick", action="store_true", help="run only the quick subset (tests/conftest.py)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("--quick"):
+        return
+    keep, drop = [], []
+    for item in items:
+        rel = Path(item.path).relative_to(REPO).as_posix()
+        listed = any(rel == quick or (quick.endswith("/") and rel.startswith(quick)) for quick in QUICK)
+        marked = item.get_closest_marker("slow") or item.get_closest_marker("spark")
+        (keep if listed and not marked else drop).append(item)
+    config.hook.pytest_deselected(items=drop)
+    items[:] = keep
 
 
 # --- metadata store: one throwaway ZooKeeper per test session (per xdist worker), a chroot per test -----

@@ -116,7 +116,8 @@ def test_choice_errors_are_one_plain_line() -> None:
     result = run_bkctl("ledger", "list", "-o", "xml")
     assert result.returncode == errors.ExitCode.USAGE
     assert result.stderr.splitlines()[0] == (
-        "bkctl: error: invalid value 'xml' for --output/-o/-w: choose one of table, json, plain"
+        "bkctl: error: invalid value 'xml' for --output/-o/-w: "
+        "choose one of table, json, plain, markdown, rst, grid"
     )
     assert "Value error" not in result.stderr
 

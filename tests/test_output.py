@@ -39,6 +39,24 @@ def test_table_aligns_columns_and_marks_absent_values() -> None:
     assert out.getvalue().splitlines() == ["OFFSET  TYPE   OK", "   512  DATA   true", "  1024  FENCE  -"]
 
 
+def test_tables_to_paste_in_markdown_rst_and_grid() -> None:
+    """tabulate draws them: numbers right-aligned, absent values as `-`, the same cells as the table."""
+    out = io.StringIO()
+    assert output.write_rows(rows(), COLUMNS, OutputFormat.markdown, out) == 2
+    assert out.getvalue().splitlines() == [
+        "|   OFFSET | TYPE   | OK   |",
+        "|---------:|:-------|:-----|",
+        "|      512 | DATA   | true |",
+        "|     1024 | FENCE  | -    |",
+    ]
+    out = io.StringIO()
+    output.write_rows(rows(), COLUMNS, OutputFormat.rst, out)
+    assert out.getvalue().splitlines()[1] == "  OFFSET  TYPE    OK"
+    out = io.StringIO()
+    output.write_mapping({"ledger_id": 7, "fenced": False}, OutputFormat.grid, out)
+    assert "| ledger_id | 7       |" in out.getvalue() and out.getvalue().startswith("+---")
+
+
 def test_plain_is_tab_separated_without_header() -> None:
     out = io.StringIO()
     output.write_rows(rows(), COLUMNS, OutputFormat.plain, out)

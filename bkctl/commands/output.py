@@ -35,6 +35,19 @@ class OutputFormat(StrEnum):
     table = "table"
     json = "json"
     plain = "plain"
+    markdown = "markdown"
+    rst = "rst"
+    grid = "grid"
+
+
+# Tables to paste into a ticket, a wiki or a runbook, drawn by tabulate (its format names). Unlike
+# table and plain, these hold every row in memory to size the columns: meant for listings, not for the
+# inspection of a whole journal.
+TABULATE_FORMATS: Final[Mapping[OutputFormat, str]] = {
+    OutputFormat.markdown: "pipe",
+    OutputFormat.rst: "rst",
+    OutputFormat.grid: "grid",
+}
 
 
 OutputOption = Annotated[
@@ -45,8 +58,8 @@ OutputOption = Annotated[
         "-w",
         envvar="BKCTL_OUTPUT",
         case_sensitive=False,
-        help="table (default on a terminal), json (stable schema for scripts) "
-        "or plain (tab-separated, default when piped).",
+        help="table (default on a terminal), json (stable schema for scripts), "
+        "plain (tab-separated, default when piped), or markdown, rst, grid (tables to paste).",
         show_default=False,
     ),
 ]
@@ -228,6 +241,10 @@ def write_rows(
     """
     out = out or sys.stdout
     iterator = iter(rows)
+    if fmt in TABULATE_FORMATS:
+        cells = [[_cell(row.get(c.key)) for c in columns] for row in iterator]
+        _write_tabulated(cells, [c.header for c in columns], fmt, out, [c.numeric for c in columns])
+        return len(cells)
     if fmt is OutputFormat.table and on_terminal(out):
         return _rich_rows(iterator, columns, out)
     if fmt is OutputFormat.plain:
@@ -279,6 +296,9 @@ def write_mapping(values: Mapping[str, Any], fmt: OutputFormat, out: TextIO | No
     if fmt is OutputFormat.json:
         write_json(values, out)
         return
+    if fmt in TABULATE_FORMATS:
+        _write_tabulated([[key, _cell(value)] for key, value in values.items()], ["KEY", "VALUE"], fmt, out)
+        return
     if fmt is OutputFormat.table and on_terminal(out):
         _rich_mapping(values, out)
         return
@@ -288,6 +308,22 @@ def write_mapping(values: Mapping[str, Any], fmt: OutputFormat, out: TextIO | No
             out.write(f"{key}\t{_cell(value)}\n")
         else:
             out.write(f"{key + ':':<{width + 1}}  {_cell(value)}\n")
+    out.flush()
+
+
+def _write_tabulated(
+    cells: list[list[str]],
+    headers: list[str],
+    fmt: OutputFormat,
+    out: TextIO,
+    numeric: list[bool] | None = None,
+) -> None:
+    """Rows already shown as text (`_cell`, so `-` for none), laid out by tabulate; numbers right."""
+    from tabulate import tabulate
+
+    align = ["right" if n else "left" for n in numeric] if numeric else None
+    table = tabulate(cells, headers, tablefmt=TABULATE_FORMATS[fmt], colalign=align, disable_numparse=True)
+    out.write(table + "\n")
     out.flush()
 
 
@@ -302,6 +338,9 @@ def write_text(text: str, out: TextIO | None = None) -> None:
 @_pipe_safe
 def write_title(text: str, fmt: OutputFormat, out: TextIO | None = None) -> None:
     """A heading above a table; nothing in plain or JSON output, which stay machine-readable."""
+    if fmt in TABULATE_FORMATS:
+        (out or sys.stdout).write(f"{text}\n")
+        return
     if fmt is OutputFormat.table:
         out = out or sys.stdout
         if on_terminal(out):

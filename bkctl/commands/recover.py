@@ -37,7 +37,7 @@ from bkctl.errors import ConflictError, Interrupted, ProblemsFound, ReadOnlyErro
 
 if TYPE_CHECKING:
     from bkctl.client.client import Client
-    from bkctl.recovery.bookie_recovery import RecoveryReport
+    from bkctl.recovery.bookie_recovery import RecoveryReport, SkippedLedger, UnrecoverableLedger
 
 RECOVERY_LOOK_S = 0.5  # local bound: how often a progress bar looks at the copies under way
 LOCK_LOOK_S = 1.0  # local bound: how often `recover --wait` looks whether the other run's lock is gone
@@ -353,13 +353,13 @@ def _render(document: dict[str, Any], fmt: OutputFormat) -> None:
         write_rows(plan, PLAN_COLUMNS, fmt)
 
 
-def _failed_skips(report: RecoveryReport) -> list[dict[str, Any]]:
+def _failed_skips(report: RecoveryReport) -> list[SkippedLedger]:
     """Ledgers skipped for a problem (not by --skip-open-ledgers)."""
     return [s for s in report.ledgers_skipped if "--skip-open-ledgers" not in s["reason"]]
 
 
-def _not_recovered(report: RecoveryReport) -> list[dict[str, Any]]:
-    return _failed_skips(report) + report.ledgers_unrecoverable
+def _not_recovered(report: RecoveryReport) -> list[SkippedLedger | UnrecoverableLedger]:
+    return [*_failed_skips(report), *report.ledgers_unrecoverable]
 
 
 def _raise_for(report: RecoveryReport, skip_unrecoverable: bool) -> None:
@@ -510,7 +510,7 @@ def bookie_decommission(
     async def work(client: Client) -> RecoveryReport:
         report = await _run(client, options, False, False, fmt)
         # Ledgers the recovery could not repair will not change by waiting: named, exit 3 (below).
-        given_up = {int(item["ledger_id"]) for item in _not_recovered(report)}
+        given_up = {item["ledger_id"] for item in _not_recovered(report)}
         await _wait_unreferenced(client, bookie, given_up)
         if given_up:
             message(f"bkctl: cookie of {bookie} kept: ledger(s) {sorted(given_up)} still name it")

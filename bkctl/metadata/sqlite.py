@@ -177,7 +177,9 @@ def init_schema(conn: sqlite3.Connection) -> None:
             },
             if_not_exists=True,
         )
-        conn.execute("CREATE INDEX IF NOT EXISTS nodes_by_parent ON nodes(parent, name)")
+        db.table("nodes").create_index(["parent", "name"], index_name="nodes_by_parent", if_not_exists=True)
+        # Plain SQL where sqlite-utils has no public way to say it: a partial index (WHERE), and the
+        # AUTOINCREMENT of the two tables below.
         conn.execute(
             "CREATE INDEX IF NOT EXISTS nodes_by_owner ON nodes(ephemeral_owner) WHERE ephemeral_owner != 0"
         )
@@ -191,7 +193,7 @@ def init_schema(conn: sqlite3.Connection) -> None:
             "CREATE TABLE IF NOT EXISTS changelog (zxid INTEGER PRIMARY KEY AUTOINCREMENT,"
             " path TEXT NOT NULL, kind TEXT NOT NULL, time_ms INTEGER NOT NULL)"
         )
-        conn.execute("CREATE INDEX IF NOT EXISTS changelog_by_time ON changelog(time_ms)")
+        db.table("changelog").create_index(["time_ms"], index_name="changelog_by_time", if_not_exists=True)
         _check_schema_version(conn)
         now = now_ms()
         conn.execute(

@@ -22,7 +22,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -62,10 +62,44 @@ class AuditOptions:
     placement: Placement | None = None  # judge placement too (`--conf` with an aware policy)
 
 
+class Finding(TypedDict):
+    """One finding of the audit (docs/commands/audit.md): a run of entries of one kind."""
+
+    kind: str  # one of KINDS
+    ledger_id: int
+    bookie: str | None
+    first_entry_id: int
+    last_entry_id: int
+    entries: int
+    bytes: NotRequired[int]  # an orphan ledger's bytes on a bookie whose files were read
+    racks: NotRequired[list[str]]  # a placement finding: the write set's racks, and why it breaks the policy
+    reason: NotRequired[str]
+
+
+class AuditSummary(TypedDict):
+    ledgers: int
+    bookies: int
+    entries_expected: int
+    replicas_expected: int
+    replicas_found: int
+    missing: int
+    lost: int
+    extra: int
+    orphan_ledgers: int
+    orphan_bytes: int
+    corrupt: int
+    divergent: int
+    unknown: int
+    digests_checked: int
+    seconds: NotRequired[float]  # set when the audit ends
+    placement: NotRequired[int]  # entries whose write set breaks the placement policy (an aware policy)
+    placement_ledgers: NotRequired[int]
+
+
 @dataclass
 class AuditResult:
-    summary: dict[str, Any]
-    findings: list[dict[str, Any]]
+    summary: AuditSummary
+    findings: list[Finding]
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
@@ -179,18 +213,27 @@ def _ledger_ids(uri: str, options: AuditOptions) -> tuple[list[int], dict[int, A
     return ids, sources.verify_keys(digests)
 
 
-def _findings(rows: list[Any], bookies: Bookies) -> list[dict[str, Any]]:
-    keys = ("kind", "ledger_id", "bookie", "first_entry_id", "last_entry_id", "entries")
-    findings = [{k: r[k] for k in keys} for r in rows]
+def _findings(rows: list[Any], bookies: Bookies) -> list[Finding]:
+    findings = [
+        Finding(
+            kind=r["kind"],
+            ledger_id=r["ledger_id"],
+            bookie=r["bookie"],
+            first_entry_id=r["first_entry_id"],
+            last_entry_id=r["last_entry_id"],
+            entries=r["entries"],
+        )
+        for r in rows
+    ]
     _add_orphan_bytes(findings, bookies)
     return sorted(findings, key=_finding_order)
 
 
-def placement_findings(uri: str, ids: list[int], policy: Placement) -> list[dict[str, Any]]:
+def placement_findings(uri: str, ids: list[int], policy: Placement) -> list[Finding]:
     """One finding per write set breaking the policy in a segment: its entries (entry e goes to the
     positions from e mod ensemble size, Java's round robin), its bookies and their racks. An open
     ledger's last segment is judged up to nothing: its end is not known yet."""
-    found = []
+    found: list[Finding] = []
     with layout_at(uri) as layout:
         for ledger_id, md in layout.read_ledgers(ids):
             for number, segment in enumerate(md.segments):
@@ -232,11 +275,11 @@ def _entries_of(violation: Any, size: int, quorum: int, first: int, last: int) -
     return low, high, 0 if high < low else (high - low) // size + 1
 
 
-def _finding_order(f: dict[str, Any]) -> tuple[int, int, str, int]:
+def _finding_order(f: Finding) -> tuple[int, int, str, int]:
     return KINDS.index(f["kind"]), f["ledger_id"], f["bookie"] or "", f["first_entry_id"]
 
 
-def _add_orphan_bytes(findings: list[dict[str, Any]], bookies: Bookies) -> None:
+def _add_orphan_bytes(findings: list[Finding], bookies: Bookies) -> None:
     """An orphan ledger's bytes on each bookie (few ledgers: read on the driver, next to the files)."""
     by_id = {b.bookie_id: b for b in bookies if isinstance(b, BookieDirs)}
     for finding in findings:
@@ -244,7 +287,7 @@ def _add_orphan_bytes(findings: list[dict[str, Any]], bookies: Bookies) -> None:
             finding["bytes"] = ledger_record_bytes(by_id[finding["bookie"]], finding["ledger_id"])
 
 
-def _summary(totals: dict[str, int], findings: list[dict[str, Any]], bookies: int) -> dict[str, Any]:
+def _summary(totals: dict[str, int], findings: list[Finding], bookies: int) -> AuditSummary:
     total = {kind: sum(f["entries"] for f in findings if f["kind"] == kind) for kind in KINDS}
     orphans = [f for f in findings if f["kind"] == "orphan"]
     return {
@@ -269,8 +312,8 @@ def _write_output(
     spark: SparkSession,
     directory: Path,
     result: DataFrame,
-    findings: list[dict[str, Any]],
-    summary: dict[str, Any],
+    findings: list[Finding],
+    summary: AuditSummary,
 ) -> None:
     """Parquet of the findings and of per-bookie / per-ledger totals, and summary.json."""
     frame = spark.createDataFrame([_row(f) for f in findings], FINDING_SCHEMA)
@@ -296,17 +339,25 @@ def _totals(result: DataFrame, findings: DataFrame, key: str, kinds: Sequence[st
     return table.select(key, *(F.coalesce(F.col(c), F.lit(0)).cast("long").alias(c) for c in columns))
 
 
-def _row(finding: dict[str, Any]) -> tuple[Any, ...]:
-    keys = ("kind", "ledger_id", "bookie", "first_entry_id", "last_entry_id", "entries")
-    return (*(finding[k] for k in keys), finding.get("bytes"))
+def _row(f: Finding) -> tuple[Any, ...]:
+    return (
+        f["kind"],
+        f["ledger_id"],
+        f["bookie"],
+        f["first_entry_id"],
+        f["last_entry_id"],
+        f["entries"],
+        f.get("bytes"),
+    )
 
 
-def mark_underreplicated(uri: str, findings: Iterable[dict[str, Any]]) -> list[int]:
+def mark_underreplicated(uri: str, findings: Iterable[Finding]) -> list[int]:
     """A mark for every ledger with a missing replica (autorecovery repairs it); the ledgers marked."""
     missing: dict[int, set[str]] = {}
     for finding in findings:
-        if finding["kind"] == "missing":
-            missing.setdefault(finding["ledger_id"], set()).add(finding["bookie"])
+        bookie = finding["bookie"]
+        if finding["kind"] == "missing" and bookie is not None:  # a missing replica names its bookie
+            missing.setdefault(finding["ledger_id"], set()).add(bookie)
     with layout_at(uri) as layout:
         for ledger_id, bookies in sorted(missing.items()):
             layout.mark_underreplicated(ledger_id, sorted(bookies))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from twisted.internet import defer
 
@@ -90,6 +90,16 @@ class PlanStep:
         }
 
 
+class SkippedLedger(TypedDict):
+    ledger_id: int
+    reason: str  # one line: why this run could not repair it (try again later)
+
+
+class UnrecoverableLedger(TypedDict):
+    ledger_id: int
+    entries: list[list[int]]  # [first, last] runs of entries no bookie holds
+
+
 @dataclass
 class RecoveryReport:
     """The JSON contract of `bkctl recover` (docs/commands/recover.md)."""
@@ -99,8 +109,8 @@ class RecoveryReport:
     dry_run: bool
     ledgers_total: int = 0
     ledgers_recovered: int = 0
-    ledgers_skipped: list[dict[str, Any]] = field(default_factory=list)
-    ledgers_unrecoverable: list[dict[str, Any]] = field(default_factory=list)
+    ledgers_skipped: list[SkippedLedger] = field(default_factory=list)
+    ledgers_unrecoverable: list[UnrecoverableLedger] = field(default_factory=list)
     fragments_copied: int = 0
     plan: list[PlanStep] = field(default_factory=list)
     copied: CopyStats = field(default_factory=CopyStats)
@@ -260,8 +270,8 @@ class BookieRecovery:
         await defer.gatherResults(workers, consumeErrors=True)
         # Ledgers ran in parallel: report them in id order, as a script would list them.
         self.report.plan.sort(key=lambda step: (step.ledger_id, step.first_entry_id))
-        for found in (self.report.ledgers_skipped, self.report.ledgers_unrecoverable):
-            found.sort(key=lambda item: int(item["ledger_id"]))
+        self.report.ledgers_skipped.sort(key=lambda item: item["ledger_id"])
+        self.report.ledgers_unrecoverable.sort(key=lambda item: item["ledger_id"])
         return self.report
 
     async def _check_target(self) -> None:

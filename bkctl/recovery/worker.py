@@ -113,6 +113,7 @@ class ReplicationWorker:
         self._levels = UpperLevels()  # the mark tree's upper levels, across takes
         self._enabled: bool | None = None  # the disable flag as last watched; None: not yet
         self._flag_sub: Subscription | None = None
+        self.scans = 0  # walks of the marks done: what "nothing happened since" is counted in
 
     def start(self) -> None:
         self._running = True
@@ -200,6 +201,7 @@ class ReplicationWorker:
 
     def _scan_done(self, _result: object) -> None:
         self._scanning = False
+        self.scans += 1
         self._schedule_scan(self._config.poll_interval_s)
 
     def _work_done(self, _result: object, work: Deferred[Any], ledger_id: int) -> None:

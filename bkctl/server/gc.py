@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NotRequired, TypedDict
 
 from twisted.internet import task, threads
 from twisted.internet.defer import Deferred, DeferredLock, ensureDeferred
@@ -60,6 +60,22 @@ MARKER_SUFFIX: Final = ".compacting"
 BATCH_BYTES: Final = 512 * 1024  # local bound
 # The GIL switch interval while compaction copies (see _short_gil_slices).
 COMPACTION_SWITCH_INTERVAL_S: Final = 0.0005  # local bound
+
+
+class GcReport(TypedDict):
+    """One run's report: the JSON of `bookie gc --wait` and of gc_details' `last_run`, keys in this order."""
+
+    started_ms: int
+    ledgers_deleted: list[int]
+    overreplicated_deleted: list[int]
+    entry_logs_removed: list[int]
+    entry_logs_compacted: list[int]
+    entries_moved: int
+    bytes_moved: int
+    bytes_reclaimed: int
+    compaction: str | None  # "major", "minor", "resume" or None
+    errors: list[str]
+    seconds: NotRequired[float]  # set when the run ends
 
 
 @dataclass(frozen=True)
@@ -192,7 +208,7 @@ class GarbageCollector:
         now = time.time()
         self.last_major = self.last_minor = now
         self.phase = "idle"
-        self.last_run: dict[str, Any] | None = None
+        self.last_run: GcReport | None = None
         self.last_error: str | None = None
         self.forced = False
         # Java's gc/suspend_compaction: a suspended kind is skipped by every run, forced ones too.
@@ -222,7 +238,7 @@ class GarbageCollector:
                 lambda f: log.error("garbage collection failed: %s", f.getErrorMessage())
             )
 
-    def trigger(self, force_major: bool = False, force_minor: bool = False) -> Deferred[dict[str, Any]]:
+    def trigger(self, force_major: bool = False, force_minor: bool = False) -> Deferred[GcReport]:
         """Run GC now (after a run in progress); fires with the run's report."""
         return self._lock.run(lambda: ensureDeferred(self._run(force_major, force_minor)))
 
@@ -263,9 +279,9 @@ class GarbageCollector:
 
     # --- one run ------------------------------------------------------------------------------------
 
-    async def _run(self, force_major: bool, force_minor: bool) -> dict[str, Any]:
+    async def _run(self, force_major: bool, force_minor: bool) -> GcReport:
         started = time.monotonic()
-        report: dict[str, Any] = {
+        report: GcReport = {
             "started_ms": int(time.time() * 1000),
             "ledgers_deleted": [],
             "overreplicated_deleted": [],
@@ -305,7 +321,7 @@ class GarbageCollector:
             len(report["entry_logs_compacted"]),
             report["entries_moved"],
             report["bytes_reclaimed"] / 1e6,
-            report["seconds"],
+            seconds,
         )
         return report
 
@@ -315,7 +331,7 @@ class GarbageCollector:
     def _in_thread(self, function: Callable[..., Any], *args: Any) -> Deferred[Any]:
         return threads.deferToThreadPool(self._reactor, self._reactor.getThreadPool(), function, *args)
 
-    async def _collect_ledgers(self, report: dict[str, Any]) -> None:
+    async def _collect_ledgers(self, report: GcReport) -> None:
         if self.layout is None:
             return
         held = await self.storage.ledger_ids()  # before the listing: see the module docstring
@@ -334,7 +350,7 @@ class GarbageCollector:
                 assert self._over is not None
                 await self._in_thread(self._over.release, over)
 
-    async def _missing_from_metadata(self, report: dict[str, Any], candidates: list[int]) -> list[int]:
+    async def _missing_from_metadata(self, report: GcReport, candidates: list[int]) -> list[int]:
         doomed = []
         for ledger_id in candidates:
             if self.settings.verify_metadata:
@@ -360,7 +376,7 @@ class GarbageCollector:
         finally:
             self._over.checked()
 
-    async def _delete_ledgers(self, report: dict[str, Any], doomed: list[int], over: list[int]) -> None:
+    async def _delete_ledgers(self, report: GcReport, doomed: list[int], over: list[int]) -> None:
         await self.storage.when_idle()
         if self._halted():
             return
@@ -395,11 +411,11 @@ class GarbageCollector:
             return False
         return True
 
-    def _error(self, report: dict[str, Any], message: str) -> None:
+    def _error(self, report: GcReport, message: str) -> None:
         log.error("garbage collection: %s", message)
         report["errors"].append(message)
 
-    async def _collect_logs(self, report: dict[str, Any], force_major: bool, force_minor: bool) -> None:
+    async def _collect_logs(self, report: GcReport, force_major: bool, force_minor: bool) -> None:
         await self.storage.when_idle()
         current = self.storage.current_log_id  # every older log is fully indexed now
         logs = await self._in_thread(self.storage.entry_logs)
@@ -458,7 +474,7 @@ class GarbageCollector:
         self.metrics.live_fraction = {d: round(t[0] / t[1], 4) if t[1] else 1.0 for d, t in per_dir.items()}
         return usages
 
-    async def _remove_empty(self, report: dict[str, Any], usages: dict[int, LogUsage]) -> None:
+    async def _remove_empty(self, report: GcReport, usages: dict[int, LogUsage]) -> None:
         empty = [u for u in usages.values() if u.live == 0]
         if not empty:
             return
@@ -499,7 +515,7 @@ class GarbageCollector:
             return "minor", s.minor_threshold
         return "", 0.0
 
-    async def _compact(self, report: dict[str, Any], usage: LogUsage) -> None:
+    async def _compact(self, report: GcReport, usage: LogUsage) -> None:
         marker = marker_path(usage.path)
         await self._in_thread(_write_marker, marker)
         fault_point("compaction-marked")

@@ -20,7 +20,7 @@ import logging
 import ssl
 import struct
 from functools import partial
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from twisted.internet import protocol
 from twisted.internet.interfaces import IPushProducer
@@ -60,20 +60,23 @@ _FRAMED_ADD_RESPONSE: Final = struct.Struct(">iIiqq")
 _ADD_V2_RESPONSE_HEADER: Final = wire.pack_header(wire.PROTOCOL_VERSION, wire.OpCode.ADD_ENTRY, 0)
 
 
+# What the protocols hand to Storage.add (and the journal's other records) as their token: the
+# connection and its framed reply, or a LateReply made once the record is durable. Storage and the
+# journal carry tokens without looking at them (`object`); only this module makes and reads them.
+AddToken = tuple["BookieProtocol", "bytes | LateReply"]
+
+
 def deliver_durable(tokens: list[object]) -> None:
     """Storage's `on_durable`: one write per connection per fsync batch, replies in journal order."""
     by_connection: dict[BookieProtocol, list[bytes]] = {}
-    for token in tokens:
-        connection: BookieProtocol
-        reply: bytes | LateReply
-        connection, reply = token  # type: ignore[misc]
+    for connection, reply in cast(list[AddToken], tokens):  # made by this module only, see AddToken
         replies = by_connection.get(connection)
         if replies is None:
             replies = by_connection[connection] = []
-        if type(reply) is LateReply:
+        if isinstance(reply, LateReply):
             replies.append(reply.make())  # a fencing read: the entry is read now the fence is durable
         else:
-            replies.append(reply)  # type: ignore[arg-type]
+            replies.append(reply)
     for connection, replies in by_connection.items():
         connection.durable(replies)
 
@@ -82,7 +85,7 @@ def deliver_lost(tokens: list[object]) -> None:
     """Storage's `on_lost`: the journal failed and these adds will never be durable. Their connections
     are closed (the replies already sent stay valid), so each client fails them at once and moves on
     to other bookies; an add is never acknowledged without its journal record."""
-    connections = {token[0] for token in tokens}  # type: ignore[index]
+    connections = {connection for connection, _ in cast(list[AddToken], tokens)}
     for connection in connections:
         if connection.transport is not None:
             log.warning("bookie: closing connection from %s: its adds cannot be journaled", connection.peer)
@@ -323,14 +326,13 @@ class BookieProtocol(protocol.Protocol):
         except ProtocolError as exc:
             self._bad_request(payload, exc)
             return
-        kind = type(request)
-        if kind is wire.AddRequest:
-            self._add(request)  # type: ignore[arg-type]
-        elif kind is wire.ReadRequest:
-            self._read(request)  # type: ignore[arg-type]
-        elif kind is wire.BatchReadRequest:
-            self._batch_read(request)  # type: ignore[arg-type]
-        elif kind is wire.AuthRequest:
+        if isinstance(request, wire.AddRequest):
+            self._add(request)
+        elif isinstance(request, wire.ReadRequest):
+            self._read(request)
+        elif isinstance(request, wire.BatchReadRequest):
+            self._batch_read(request)
+        elif isinstance(request, wire.AuthRequest):
             # No authentication: answer like a Java bookie with the AuthDisabled plugin.
             self._out.append(framed(wire.encode_auth_response(version=request.version)))
         else:

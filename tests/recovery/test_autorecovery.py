@@ -13,7 +13,7 @@ from twisted.internet import defer, reactor
 from bkctl.metadata.layout import Layout
 from bkctl.recovery.daemon import AutorecoveryDaemon, autorecovery_daemon
 from bkctl.recovery.worker import WorkerConfig
-from tests.client.cluster import Cluster, bounded, sleep
+from tests.client.cluster import Cluster, bounded
 from tests.client.test_ledger import PW, payloads
 from tests.recovery.test_bookie_recovery import assert_fully_replicated, write_ledgers
 from tests.recovery.test_daemon import until
@@ -196,7 +196,13 @@ async def test_a_ledger_deleted_while_marked_has_its_mark_dropped_without_a_hot_
         assert not daemon.worker.stats.failing and not daemon.worker.stats.copying
         # At most one try per backoff (it starts at 0.5 s and doubles), plus the first tries.
         assert 1 <= failures <= 3 + elapsed_s / FAST.backoff_start_s, (failures, elapsed_s)
-        await sleep(2 * FAST.backoff_max_s)  # nothing is retried once the mark is gone
+        # Nothing is retried once the mark is gone: not in the walks of the marks that follow, nor when
+        # the backoff's lock release comes (at most backoff_max_s later).
+        walked = daemon.worker.scans
+        released = time.monotonic() + FAST.backoff_max_s
+        await until(
+            lambda: daemon.worker.scans >= walked + 3 and time.monotonic() > released, "three more walks"
+        )
         assert daemon.worker.stats.failures == failures
         assert await in_thread(layout.lock_holder, stuck.ledger_id) is None
         metrics = "".join(daemon_lines(daemon))
@@ -232,7 +238,8 @@ async def test_disabled_then_enabled_on_real_bookies(tmp_path: Path, zk_chroot: 
         await bounded(cluster.bookie(victim).stop())
         by_hand = ids[0]
         await in_thread(layout.mark_underreplicated, by_hand, [victim])
-        await sleep(10 * FAST.poll_interval_s)  # many worker walks and bookie events
+        walked = daemon.worker.scans
+        await until(lambda: daemon.worker.scans >= walked + 5, "five walks of the marks while disabled")
         assert await in_thread(lambda: list(layout.underreplicated_ids())) == [by_hand]
         assert await in_thread(layout.lock_holder, by_hand) is None
         status = daemon.status()

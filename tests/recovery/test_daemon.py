@@ -6,6 +6,8 @@ tested against real bookies in test_autorecovery.py); these tests are about mark
 
 from __future__ import annotations
 
+import itertools
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -41,10 +43,12 @@ class Recorder:
     def __init__(self, script: dict[int, list[RepairOutcome]] | None = None) -> None:
         self.script = script or {}
         self.repairs: list[int] = []
+        self.times: dict[int, list[float]] = {}  # ledger -> when each repair began (monotonic)
         self.fenced: list[int] = []
 
     def repair(self, ledger_id: int, missing: tuple[str, ...]) -> defer.Deferred[RepairOutcome]:
         self.repairs.append(ledger_id)
+        self.times.setdefault(ledger_id, []).append(time.monotonic())
         outcomes = self.script.get(ledger_id, [RepairOutcome(replicated=True, entries_copied=10)])
         outcome = outcomes.pop(0) if len(outcomes) > 1 else outcomes[0]
         return defer.succeed(outcome)
@@ -99,7 +103,9 @@ async def test_disabled_autorecovery_defers_marking_and_repair(store_target: Sto
     try:
         await until(lambda: daemon.auditor is not None and daemon.auditor.ready)
         await in_thread(layout.unregister_bookie, C)
-        await sleep(0.5)
+        # The auditor saw C lost and asked for its audit in the same reactor call: held back, not run.
+        await until(lambda: daemon.auditor is not None and daemon.auditor.stats.lost_bookies == [C])
+        assert daemon.auditor is not None and daemon.auditor.stats.audits == 0
         assert await in_thread(lambda: list(layout.underreplicated_ids())) == []
         await in_thread(layout.set_autorecovery_enabled, True)
         await until(lambda: repairer.repairs == [on_c])
@@ -122,7 +128,9 @@ async def test_delayed_audit_and_bookie_back_in_time(store_target: StoreTarget) 
         await in_thread(layout.unregister_bookie, C)
         await until(lambda: daemon.auditor is not None and daemon.auditor.scheduler.pending)
         await in_thread(layout.register_bookie, C)
-        await sleep(3)
+        # C back before the delay: the pending audit is cancelled (its timer with it), never run.
+        await until(lambda: daemon.auditor is not None and daemon.auditor.scheduler.delayed_audits_cancelled)
+        assert daemon.auditor is not None and not daemon.auditor.scheduler.pending
         assert await in_thread(lambda: list(layout.underreplicated_ids())) == []
         assert daemon.auditor is not None and daemon.auditor.stats.audits == 0
     finally:
@@ -149,11 +157,18 @@ async def test_worker_backs_off_holding_the_lock_and_drops_deleted_ledgers(store
         await until(lambda: list(layout.underreplicated_ids()) == [stuck])
         assert repairer.fenced == [open_tail]  # fenced after the grace period, then repaired
         assert daemon.worker.stats.marks_dropped == 1
-        await until(lambda: layout.lock_holder(stuck) == "w1")
-        assert daemon.status()["failing"] == {str(stuck): "entries 0-9 have no copy"}
-        # Retried with a growing backoff, never in a hot loop: a handful of tries in 2.5 s.
-        await sleep(2.5)
-        assert 2 <= repairer.repairs.count(stuck) <= 5
+        # Backing off holds the lock (the worker holds it while it copies too: wait for the failure).
+        failing = {str(stuck): "entries 0-9 have no copy"}
+        await until(
+            lambda: daemon.status()["failing"] == failing and layout.lock_holder(stuck) == "w1",
+            "the stuck ledger failing, its lock held",
+        )
+        # Retried with a growing backoff (FAST: 0.4 s, 0.8 s, then 1 s), never in a hot loop: each try
+        # comes at least its backoff after the one before (a slow machine only makes the gaps longer).
+        await until(lambda: len(repairer.times.get(stuck, [])) >= 3, "three tries of the stuck ledger")
+        tries = repairer.times[stuck]
+        gaps = [later - earlier for earlier, later in itertools.pairwise(tries)]
+        assert gaps[0] >= 0.35 and gaps[1] >= 0.75, gaps
     finally:
         await bounded(daemon.stop())
     assert await in_thread(layout.lock_holder, stuck) is None  # stop released the lock it held

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 
 from twisted.internet import reactor
@@ -15,9 +16,14 @@ from tests.server_net.live import in_thread, twisted_test
 WAIT_S = 15.0
 
 
-async def until(predicate: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
+async def until(predicate: Callable[[], object], timeout_s: float = WAIT_S) -> None:
+    """Poll `predicate` (a bool, or an awaitable of one: blocking reads go through in_thread) every
+    50 ms until it holds; bounded."""
     for _ in range(int(timeout_s / 0.05)):
-        if predicate():
+        result = predicate()
+        if inspect.isawaitable(result):
+            result = await result
+        if result:
             return
         await sleep(0.05)
     raise AssertionError("condition not reached in time")
@@ -92,8 +98,10 @@ async def test_the_two_signals_of_one_lost_vote_cast_one_new_vote(store_target: 
     made[1].revote(lost)  # the watch's way
     made[1].revote()  # the session callback's way, at once
     await until(lambda: made[1].vote_path not in (None, lost))
+    kept = made[1].vote_path
     made[1].revote(lost)  # late news of the vote already replaced: nothing to do
-    await sleep(0.5)
+    assert made[1].vote_path == kept  # a revote that acts drops its vote at once, before voting
+    await until(lambda: in_thread(_votes_are_the_elections, layouts[0], made))
     votes = await in_thread(layouts[0].auditor_votes)
     assert [bookie for _, bookie in votes] == ["127.0.0.1:3181", "127.0.0.2:3181"]
     assert made[0].is_auditor and not made[1].is_auditor
@@ -113,10 +121,17 @@ async def test_every_session_lost_at_once_one_vote_each_and_one_auditor(store_ta
         store_target.expire(layout.store)
     await until(lambda: all(e.vote_path not in (None, *before) for e in made))
     await until(lambda: sum(e.is_auditor for e in made) == 1)
-    await sleep(0.5)
+    await until(lambda: in_thread(_votes_are_the_elections, layouts[0], made))
     votes = await in_thread(layouts[0].auditor_votes)
     assert sorted(bookie for _, bookie in votes) == ["127.0.0.1:3181", "127.0.0.2:3181", "127.0.0.3:3181"]
     (auditor,) = [e for e in made if e.is_auditor]
     assert auditor.vote_path is not None and auditor.vote_path.endswith(votes[0][0])
     for election in made:
         await bounded(election.stop())
+
+
+def _votes_are_the_elections(layout: Layout, made: list[AuditorElection]) -> bool:
+    """The votes in the store are exactly the elections' current votes: none missing, none extra (a
+    second vote of one daemon would stay in the store beside the one it remembers)."""
+    names = sorted(name for name, _ in layout.auditor_votes())
+    return names == sorted(e.vote_path.rsplit("/", 1)[-1] for e in made if e.vote_path is not None)

@@ -5,10 +5,10 @@ a ledger whose replication lock is held (a worker may be copying it there)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from bkctl.model import LedgerMetadata, LedgerState, Segment
 from bkctl.recovery.bookie_recovery import BookieRecovery, RecoveryOptions
+from bkctl.server.gc import GcReport
 from bkctl.server.gc_overreplicated import over_replicated
 from bkctl.server.service import BookieService
 from tests.client.cluster import Cluster, bounded, sleep
@@ -31,7 +31,18 @@ async def ensemble_of(cluster: Cluster, ledger_id: int) -> set[str]:
     return {bookie for segment in metadata.segments for bookie in segment.ensemble}
 
 
-async def gc_run(service: BookieService) -> dict[str, Any]:
+async def gc_until_overreplicated_deleted(service: BookieService, timeout_s: float = 30.0) -> GcReport:
+    """GC runs every 0.1 s until one deletes over-replicated ledgers (the check is due once per
+    gcOverreplicatedLedgerWaitTime); that run's report. Bounded."""
+    for _ in range(int(timeout_s / 0.1)):
+        report = await gc_run(service)
+        if report["overreplicated_deleted"]:
+            return report
+        await sleep(0.1)
+    raise AssertionError(f"no GC run deleted an over-replicated ledger within {timeout_s} s")
+
+
+async def gc_run(service: BookieService) -> GcReport:
     assert service.gc is not None
     return await bounded(service.gc.trigger())
 
@@ -61,8 +72,7 @@ async def test_a_recovered_bookies_copies_go_after_the_wait_unless_being_replica
 
         early = await gc_run(back)  # the check is first due one wait after the start
         assert early["overreplicated_deleted"] == [] and early["ledgers_deleted"] == []
-        await sleep(WAIT_MS / 1000 + 0.3)
-        report = await gc_run(back)
+        report = await gc_until_overreplicated_deleted(back)  # due one wait after the first check
         assert report["overreplicated_deleted"] == [dropped], report
         assert not back.storage.holds_ledger(dropped)
         assert back.storage.holds_ledger(kept_locked)  # its lock was held: maybe being copied there
@@ -72,8 +82,7 @@ async def test_a_recovered_bookies_copies_go_after_the_wait_unless_being_replica
         await in_thread(cluster.layout.release_lock, kept_locked)
         again = await gc_run(back)  # not due yet: one wait between checks
         assert again["overreplicated_deleted"] == []
-        await sleep(WAIT_MS / 1000 + 0.3)
-        last = await gc_run(back)
+        last = await gc_until_overreplicated_deleted(back)
         assert last["overreplicated_deleted"] == [kept_locked], last
         assert await in_thread(cluster.layout.lock_holder, kept_locked) is None  # GC released its lock
         assert back.gc is not None and back.gc.metrics.overreplicated_deleted == 2
