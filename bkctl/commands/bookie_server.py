@@ -238,7 +238,8 @@ def _passing(action: Callable[[], object]) -> Callable[[object], object]:
 
 
 class _EntryReader:
-    """The admin endpoint `ledger/read`'s ledger client (Java's bookie has a BookKeeperAdmin for it):
+    """The ledger client of the admin endpoints `ledger/read` and `sanity` (Java's bookie has a
+    BookKeeperAdmin for them):
     opened at the first read, on the bookie's reactor and metadata session, with its TLS keys."""
 
     def __init__(self, service: Any, reactor: Any, config: BookieConfig) -> None:
@@ -251,18 +252,34 @@ class _EntryReader:
         return ensureDeferred(self._read(ledger_id, first, last))
 
     async def _read(self, ledger_id: int, first: int, last: int) -> list[tuple[int, bytes]]:
-        from bkctl.client.client import Client
         from bkctl.recovery.checker import admin_open
+
+        handle = await admin_open(self._opened(), ledger_id, recovery=False)
+        end = handle.last_add_confirmed if last < 0 else min(last, handle.last_add_confirmed)
+        if end < first:
+            return []
+        return [(entry.entry_id, entry.payload) for entry in await handle.read(first, end)]
+
+    def sanity(self) -> Any:
+        """Java's sanity test on this bookie alone (`bkctl bookie sanity`'s): True when it passed."""
+        from twisted.internet.defer import ensureDeferred
+
+        return ensureDeferred(self._sanity())
+
+    async def _sanity(self) -> bool:
+        from bkctl.commands.smoke import sanity_one
+
+        row = await sanity_one(self._opened(), self._service.bookie_id, 10)
+        return bool(row["ok"])
+
+    def _opened(self) -> Any:
+        from bkctl.client.client import Client
         from bkctl.tls import client_settings
 
         if self._client is None:
             tls = client_settings(dict(self._config.properties))  # the bookie's TLS keys, as a client's
             self._client = Client(self._service.layout, self._reactor, tls=tls)
-        handle = await admin_open(self._client, ledger_id, recovery=False)
-        end = handle.last_add_confirmed if last < 0 else min(last, handle.last_add_confirmed)
-        if end < first:
-            return []
-        return [(entry.entry_id, entry.payload) for entry in await handle.read(first, end)]
+        return self._client
 
     def close(self) -> Any:
         return self._client.close() if self._client is not None else None
@@ -270,7 +287,7 @@ class _EntryReader:
 
 def attach_entry_reader(service: Any, reactor: Any, config: BookieConfig) -> _EntryReader:
     reader = _EntryReader(service, reactor, config)
-    service.entry_reader = reader
+    service.entry_reader, service.sanity_check = reader, reader.sanity
     return reader
 
 

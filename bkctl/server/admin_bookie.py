@@ -49,6 +49,7 @@ class AdminView(Protocol):
     # Reads entries first..last (-1: to the last confirmed) of any ledger through a ledger client,
     # set by whoever runs the bookie (commands/bookie_server.py): server/ never imports client/.
     entry_reader: EntryReader | None
+    sanity_check: Callable[[], Deferred[bool]] | None
 
 
 class BookieEndpoint(Endpoint):
@@ -137,6 +138,36 @@ class IsReady(BookieEndpoint):
         if self.bookie.ready:
             return text(request, "", 200)
         return text(request, "Bookie is not fully started yet", 503)
+
+
+class Sanity(BookieEndpoint):
+    """Java 4.16's `{"passed": bool, "readOnly": bool}`: a ledger written to this bookie alone, read
+    back and deleted (`bkctl bookie sanity`); a forced read-only bookie is not tested. One at a time."""
+
+    wrong_method = "Only support GET method to retrieve bookie sanity state."
+
+    def __init__(self, bookie: AdminView) -> None:
+        BookieEndpoint.__init__(self, bookie)
+        self.running = False
+
+    def on_GET(self, request: Any) -> Any:
+        if self.bookie.config.read_only:
+            return json_answer(request, {"passed": False, "readOnly": True})
+        check = self.bookie.sanity_check
+        if check is None:
+            return text(request, NOT_SERVING, 503)
+        if self.running:
+            return text(
+                request, "Timing out due to max number of sanity request are running concurrently", 500
+            )
+        self.running = True
+
+        def done(passed: object) -> object:
+            self.running = False
+            return passed
+
+        tested = check().addBoth(done).addCallback(lambda passed: {"passed": passed, "readOnly": False})
+        return answer_when_done(request, tested)
 
 
 # --- GC compaction suspension ------------------------------------------------------------------------

@@ -193,6 +193,7 @@ def admin_resource(bookie: BookieView) -> Any:
         b"last_log_mark": ab.LastLogMark(bookie),
         b"state": state,
         b"is_ready": ab.IsReady(bookie),
+        b"sanity": ab.Sanity(bookie),
         b"cluster_info": ab.ClusterInfo(bookie),
     }
     for name, child in children.items():

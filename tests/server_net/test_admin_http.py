@@ -270,6 +270,8 @@ async def test_forced_read_only_cannot_be_lifted(tmp_path: Path) -> None:
     try:
         code, said = await in_thread(call, port, "PUT", "/api/v1/bookie/state/readonly", {"readOnly": False})
         assert code == 400 and "forceReadOnlyBookie" in said
+        sanity = await in_thread(call_json, port, "GET", "/api/v1/bookie/sanity")
+        assert sanity == (200, {"passed": False, "readOnly": True})
         refused = await in_thread(bkctl, "bookie", "writable", "--http", f"127.0.0.1:{port}")
         assert refused.returncode == 10 and "forceReadOnlyBookie" in refused.stderr
         assert service.state == "read-only"
@@ -366,7 +368,7 @@ async def test_is_ready_only_once_registered(tmp_path: Path) -> None:
 
 
 @twisted_test
-async def test_ledger_read(tmp_path: Path) -> None:
+async def test_ledger_read_and_sanity(tmp_path: Path) -> None:
     from twisted.internet import reactor
 
     from bkctl.commands.bookie_server import attach_entry_reader
@@ -391,6 +393,11 @@ async def test_ledger_read(tmp_path: Path) -> None:
             assert call(port, "GET", "/api/v1/ledger/read")[0] == 404
             assert call(port, "GET", "/api/v1/ledger/read?ledger_id=999999")[0] == 404
             assert call(port, "PUT", path)[0] == 404
+            assert call_json(port, "GET", "/api/v1/bookie/sanity") == (
+                200,
+                {"passed": True, "readOnly": False},
+            )
+            assert call(port, "PUT", "/api/v1/bookie/sanity")[0] == 404
 
         await in_thread(scenario)
     finally:
