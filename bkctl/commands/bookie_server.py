@@ -237,13 +237,18 @@ def _passing(action: Callable[[], object]) -> Callable[[object], object]:
     return run
 
 
-class _EntryReader:
-    """The ledger client of the admin endpoints `ledger/read` and `sanity` (Java's bookie has a
-    BookKeeperAdmin for them):
-    opened at the first read, on the bookie's reactor and metadata session, with its TLS keys."""
+class AdminClient:
+    """The ledger client of the admin endpoints `ledger/read`, `sanity`, `autorecovery/bookie` and
+    `autorecovery/decommission` (Java's bookie and AutoRecoveryMain have a BookKeeperAdmin for them):
+    opened at the first call, on the process's reactor and metadata session, with its TLS keys."""
 
-    def __init__(self, service: Any, reactor: Any, config: BookieConfig) -> None:
-        self._service, self._reactor, self._config = service, reactor, config
+    def __init__(self, layout: Any, bookie_id: str, reactor: Any, properties: dict[str, str]) -> None:
+        self._layout, self._bookie_id, self._reactor, self._properties = (
+            layout,
+            bookie_id,
+            reactor,
+            properties,
+        )
         self._client: Any = None
 
     def __call__(self, ledger_id: int, first: int, last: int) -> Any:
@@ -269,7 +274,7 @@ class _EntryReader:
     async def _sanity(self) -> bool:
         from bkctl.commands.smoke import sanity_one
 
-        row = await sanity_one(self._opened(), self._service.bookie_id, 10)
+        row = await sanity_one(self._opened(), self._bookie_id, 10)
         return bool(row["ok"])
 
     def _opened(self) -> Any:
@@ -277,16 +282,30 @@ class _EntryReader:
         from bkctl.tls import client_settings
 
         if self._client is None:
-            tls = client_settings(dict(self._config.properties))  # the bookie's TLS keys, as a client's
-            self._client = Client(self._service.layout, self._reactor, tls=tls)
+            tls = client_settings(self._properties)  # the process's TLS keys, as a client's
+            self._client = Client(self._layout, self._reactor, tls=tls)
         return self._client
+
+    def recover_bookie(self, bookie: str, delete_cookie: bool) -> Any:
+        from twisted.internet.defer import ensureDeferred
+
+        from bkctl.commands.recover import recover_bookie
+
+        return ensureDeferred(recover_bookie(self._opened(), bookie, delete_cookie))
+
+    def decommission(self, bookie: str) -> Any:
+        from twisted.internet.defer import ensureDeferred
+
+        from bkctl.commands.recover import decommission
+
+        return ensureDeferred(decommission(self._opened(), bookie))
 
     def close(self) -> Any:
         return self._client.close() if self._client is not None else None
 
 
-def attach_entry_reader(service: Any, reactor: Any, config: BookieConfig) -> _EntryReader:
-    reader = _EntryReader(service, reactor, config)
+def attach_entry_reader(service: Any, reactor: Any, config: BookieConfig) -> AdminClient:
+    reader = AdminClient(service.layout, service.bookie_id, reactor, dict(config.properties))
     service.entry_reader, service.sanity_check = reader, reader.sanity
     return reader
 

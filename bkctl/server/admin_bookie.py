@@ -20,7 +20,16 @@ from bkctl.metadata.layout import Layout
 from bkctl.model import LedgerMetadata, LedgerState
 from bkctl.server.config import BookieConfig
 from bkctl.server.gc import GarbageCollector
-from bkctl.server.http_endpoint import Endpoint, Reply, answer_when_done, json_answer, json_body, param, text
+from bkctl.server.http_endpoint import (
+    Endpoint,
+    Reply,
+    answer_when_done,
+    json_answer,
+    json_body,
+    json_object,
+    param,
+    text,
+)
 from bkctl.server.storage import Storage
 
 log = logging.getLogger("bkctl.http")
@@ -193,14 +202,11 @@ class SuspendCompaction(BookieEndpoint):
         gc = self.bookie.gc
         if gc is None:
             return text(request, NOT_SERVING, 503)
-        try:
-            body = json_body(request)
-        except ValueError as exc:
-            return text(request, f"bad request body: {exc}", 400)
-        if body is None:
-            return text(request, "Empty request body", 400)
+        body = json_object(request, "bad request body: ", "Empty request body", 400)
+        if isinstance(body, bytes):
+            return body
         major_key, minor_key = self.keys
-        if not isinstance(body, dict) or (body.get(major_key) is None and body.get(minor_key) is None):
+        if body.get(major_key) is None and body.get(minor_key) is None:
             return text(request, f"No {major_key} or {minor_key} params found", 400)
         suspend = self.verb == "Suspend"
         done = []

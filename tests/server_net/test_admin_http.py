@@ -403,3 +403,55 @@ async def test_ledger_read_and_sanity(tmp_path: Path) -> None:
     finally:
         await reader.close()
         await service.stop()
+
+
+@twisted_test
+async def test_decommission_and_recover_bookie(tmp_path: Path) -> None:
+    from twisted.internet import reactor
+
+    from bkctl.commands.bookie_server import attach_entry_reader
+
+    uri, first, port = await http_bookie(tmp_path, **ADMIN)
+    others = [await start_bookie(tmp_path, name=name, uri=uri) for name in ("b2", "b3")]
+    client = attach_entry_reader(first, reactor, first.config)
+    base = "/api/v1/autorecovery"
+    try:
+        quorums = ("--ensemble-size", "2", "--write-quorum", "2", "--ack-quorum", "2")
+        written = await in_thread(
+            bkctl, "ledger", "write", "-n", "20", *quorums, "--metadata", uri, "-o", "json"
+        )
+        assert written.returncode == 0, written.stderr
+        ledger_id = json.loads(written.stdout)["ledger_id"]
+        segments = await in_thread(
+            with_layout, uri, lambda layout: layout.read_ledger(ledger_id).value.segments
+        )
+        # A bookie of the ensemble other than the one asked (the third takes its copies).
+        victim = next(s for s in others if s.bookie_id in segments[0].ensemble)
+        others.remove(victim)
+        await victim.stop()
+
+        def scenario() -> None:
+            assert call(port, "PUT", f"{base}/decommission") == (
+                404,
+                "Null request body for DecommissionService.",
+            )
+            assert call(port, "PUT", f"{base}/decommission", {"x": 1})[0] == 404
+            assert call(port, "PUT", f"{base}/bookie")[0] == 404
+            assert call(port, "PUT", f"{base}/bookie", {"bookie_src": []})[0] == 404
+            assert call(port, "GET", f"{base}/bookie")[0] == 404
+            said = call(port, "PUT", f"{base}/decommission", {"bookie_src": victim.bookie_id})
+            assert said == (200, f"Success send decommission Bookie command {victim.bookie_id}")
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline:
+                ensembles = with_layout(uri, lambda layout: layout.read_ledger(ledger_id).value.segments)
+                cookie = with_layout(uri, lambda layout: layout.read_cookie(victim.bookie_id))
+                if cookie is None and all(victim.bookie_id not in s.ensemble for s in ensembles):
+                    return
+                time.sleep(0.2)
+            raise AssertionError(f"bookie {victim.bookie_id} still named: {ensembles}, cookie {cookie}")
+
+        await in_thread(scenario)
+    finally:
+        await client.close()  # opened by the decommission
+        for service in (first, *others):
+            await service.stop()
