@@ -4,6 +4,7 @@ and status codes, success and error cases; the runtime read-only switch; is_read
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 import time
@@ -209,9 +210,18 @@ async def test_autorecovery_endpoints(tmp_path: Path) -> None:
 
 @twisted_test
 async def test_destructive_endpoints_need_the_admin_key(tmp_path: Path) -> None:
+    # The admin server listens where httpServerHost says, and logs every request with its caller.
+    service = await start_bookie(tmp_path, name="elsewhere", httpServerHost="127.0.0.2", **HTTP)
+    assert service._http_listener.getHost().host == "127.0.0.2"
+    await service.stop()
     service = await start_bookie(tmp_path, **HTTP)
     port = service.http_port
     assert port is not None
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logging.getLogger("bkctl.http").addHandler(handler)
+    logging.getLogger("bkctl.http").setLevel(logging.INFO)
     try:
 
         def scenario() -> None:
@@ -230,7 +240,11 @@ async def test_destructive_endpoints_need_the_admin_key(tmp_path: Path) -> None:
 
         await in_thread(scenario)
         assert service.state == "read-write"
+        logged = [r.getMessage() for r in records]
+        assert "admin http PUT /api/v1/bookie/state/readonly from 127.0.0.1" in logged
     finally:
+        logging.getLogger("bkctl.http").removeHandler(handler)
+        logging.getLogger("bkctl.http").setLevel(logging.NOTSET)
         await service.stop()
 
 
