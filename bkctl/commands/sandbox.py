@@ -237,6 +237,7 @@ class _Sandbox:
                 # admin HTTP (info, metrics, gc) on a free port, registered: `bkctl doctor` reads disks there
                 "httpServerEnabled": "true",
                 "httpServerPort": "0",
+                "httpServerAdminEnabled": "true",  # a playground on 127.0.0.1: `bookie readonly` works
             }
         )
         service = BookieService(config, self.uri, self.reactor)
