@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from twisted.internet import threads
+from twisted.internet.defer import Deferred
 
 from bkctl.admin.http_endpoint import (
     Endpoint,
@@ -20,6 +21,7 @@ from bkctl.admin.http_endpoint import (
     Reply,
     answer_when_done,
     json_body,
+    json_object,
     param,
     put,
     text,
@@ -30,11 +32,38 @@ from bkctl.metadata.layout import Layout
 log = logging.getLogger("bkctl.http")
 
 
+class Recoveries(Protocol):
+    """What runs a recovery for these endpoints: a ledger client's (set by whoever runs the process;
+    server/ never imports client/ nor recovery/)."""
+
+    def recover_bookie(self, bookie: str, delete_cookie: bool) -> Deferred[Any]: ...
+
+    def decommission(self, bookie: str) -> Deferred[Any]: ...
+
+
 class LayoutEndpoint(Endpoint):
-    def __init__(self, layout: Callable[[], Layout | None], admin_enabled: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        layout: Callable[[], Layout | None],
+        admin_enabled: Callable[[], bool],
+        recoveries: Callable[[], Recoveries | None] = lambda: None,
+    ) -> None:
         Endpoint.__init__(self)
         self.layout = layout
         self.admin_enabled = admin_enabled
+        self.recoveries = recoveries
+
+    def in_background(self, request: Any, what: str, started: Callable[[Recoveries], Deferred[Any]]) -> bytes:
+        """Start a long recovery and answer at once (as Java's executor does); its end is logged."""
+        recoveries = self.recoveries()
+        if recoveries is None:
+            return text(request, "no ledger client in this process yet", 503)
+        log.warning("admin http: %s started", what)
+        started(recoveries).addCallbacks(
+            lambda _: log.warning("admin http: %s done", what),
+            lambda failure: log.error("admin http: %s failed: %s", what, failure.getErrorMessage()),
+        )
+        return b""
 
     def in_thread(self, request: Any, function: Callable[[Layout], object]) -> Any:
         layout = self.layout()
@@ -166,7 +195,56 @@ class LostBookieRecoveryDelay(LayoutEndpoint):
         return self.in_thread(request, store)
 
 
-def autorecovery_resource(layout: Callable[[], Layout | None], admin_enabled: Callable[[], bool]) -> Any:
+class RecoverBookie(LayoutEndpoint):
+    """PUT `{"bookie_src": ["<bookie>"], "delete_cookie": bool}`: recover a stopped bookie's ledgers
+    onto the others in the background (`bkctl recover`'s work); answers at once, as Java's."""
+
+    wrong_method = "Not found method. Should be PUT method"
+    admin_methods = frozenset({"PUT"})
+
+    def on_PUT(self, request: Any) -> bytes:
+        body = json_object(request, "ERROR parameters: ", "No request body provide.", 404)
+        if isinstance(body, bytes):
+            return body
+        sources = body.get("bookie_src")
+        if not isinstance(sources, list) or not sources or not isinstance(sources[0], str):
+            return text(request, self.wrong_method, 404)
+        bookie, delete_cookie = sources[0], body.get("delete_cookie") is True
+        started = self.in_background(
+            request, f"recovery of bookie {bookie}", lambda r: r.recover_bookie(bookie, delete_cookie)
+        )
+        return started or text(request, "Success send recovery request command.")
+
+
+class Decommission(LayoutEndpoint):
+    """PUT `{"bookie_src": "<bookie>"}`: `bkctl bookie decommission`'s work in the background."""
+
+    wrong_method = "Not found method. Should be PUT method"
+    admin_methods = frozenset({"PUT"})
+
+    def on_PUT(self, request: Any) -> bytes:
+        body = json_object(
+            request,
+            "Exception when send decommission command.",
+            "Null request body for DecommissionService.",
+            404,
+        )
+        if isinstance(body, bytes):
+            return body
+        bookie = body.get("bookie_src")
+        if not isinstance(bookie, str) or not bookie:
+            return text(request, "Request body not contains bookie_src.", 404)
+        started = self.in_background(
+            request, f"decommission of bookie {bookie}", lambda r: r.decommission(bookie)
+        )
+        return started or text(request, f"Success send decommission Bookie command {bookie}")
+
+
+def autorecovery_resource(
+    layout: Callable[[], Layout | None],
+    admin_enabled: Callable[[], bool],
+    recoveries: Callable[[], Recoveries | None] = lambda: None,
+) -> Any:
     """The /api/v1/autorecovery node (typed Any: twisted.web's zope interfaces)."""
     node = PathNode()
     for name, endpoint in (
@@ -175,6 +253,8 @@ def autorecovery_resource(layout: Callable[[], Layout | None], admin_enabled: Ca
         (b"who_is_auditor", WhoIsAuditor),
         (b"trigger_audit", TriggerAudit),
         (b"lost_bookie_recovery_delay", LostBookieRecoveryDelay),
+        (b"bookie", RecoverBookie),
+        (b"decommission", Decommission),
     ):
-        put(node, name, endpoint(layout, admin_enabled))
+        put(node, name, endpoint(layout, admin_enabled, recoveries))
     return node

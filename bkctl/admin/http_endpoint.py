@@ -123,6 +123,18 @@ def json_body(request: Any) -> Any:
     return json.loads(raw)
 
 
+def json_object(request: Any, bad: str, empty: str, code: int) -> dict[str, Any] | bytes:
+    """The body as a JSON object (a non-object is `{}`), or the answer refusing it: `empty` when there is
+    none, `bad` followed by the parse error when it is not JSON, with `code` (Java's differ by endpoint)."""
+    try:
+        body = json_body(request)
+    except ValueError as exc:
+        return text(request, f"{bad}{exc}", code)
+    if body is None:
+        return text(request, empty, code)
+    return body if isinstance(body, dict) else {}
+
+
 def param(request: Any, name: str) -> str | None:
     values = request.args.get(name.encode())
     return values[0].decode("utf-8", "replace") if values else None

@@ -271,6 +271,8 @@ def run_daemon(
             placement_policy=policy,
         )  # fmt: skip
 
+        recoveries: list[Any] = []  # the admin endpoints' ledger client, with --http-port
+
         def failed(reason: Any) -> None:
             failure.append(reason.value)
             reactor.stop()
@@ -278,10 +280,14 @@ def run_daemon(
         def started(_: object) -> None:
             where = ""
             if http_port is not None:
+                from bkctl.commands.bookie_server import AdminClient
                 from bkctl.recovery.metrics import metrics_site
 
                 admin = properties.get("httpServerAdminEnabled", "").strip().lower() == "true"
-                site = metrics_site(daemon, layout, admin)
+                recoveries.append(
+                    AdminClient(layout, daemon_id, reactor, properties)
+                )  # recover, decommission
+                site = metrics_site(daemon, layout, admin, recoveries[0])
                 listener = reactor.listenTCP(http_port, site, interface="127.0.0.1")
                 port = listener.getHost().port
                 where = f" (metrics on 127.0.0.1:{port}/metrics, and /api/v1/autorecovery/*)"
@@ -291,6 +297,7 @@ def run_daemon(
             # The store closes before the reactor joins its threads: a metadata call still retrying
             # through an outage then gives up, instead of holding the exit for the metadata deadline.
             stopped = daemon.stop()
+            stopped.addBoth(lambda _: recoveries[0].close() if recoveries else None)
             return stopped.addBoth(lambda _: threads.deferToThread(layout.store.close))
 
         reactor.callWhenRunning(lambda: daemon.start().addCallbacks(started, failed))

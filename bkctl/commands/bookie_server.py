@@ -274,12 +274,18 @@ def _passing(action: Callable[[], object]) -> Callable[[object], object]:
     return run
 
 
-class _EntryReader:
-    """The admin endpoint `ledger/read`'s ledger client (Java's bookie has a BookKeeperAdmin for it):
-    opened at the first read, on the bookie's reactor and metadata session, with its TLS keys."""
+class AdminClient:
+    """The ledger client of the admin endpoints `ledger/read`, `sanity`, `autorecovery/bookie` and
+    `autorecovery/decommission` (Java's bookie and AutoRecoveryMain have a BookKeeperAdmin for them):
+    opened at the first call, on the process's reactor and metadata session, with its TLS keys."""
 
-    def __init__(self, service: Any, reactor: Any, config: BookieConfig) -> None:
-        self._service, self._reactor, self._config = service, reactor, config
+    def __init__(self, layout: Any, bookie_id: str, reactor: Any, properties: dict[str, str]) -> None:
+        self._layout, self._bookie_id, self._reactor, self._properties = (
+            layout,
+            bookie_id,
+            reactor,
+            properties,
+        )
         self._client: Any = None
 
     def __call__(self, ledger_id: int, first: int, last: int) -> Any:
@@ -288,26 +294,56 @@ class _EntryReader:
         return ensureDeferred(self._read(ledger_id, first, last))
 
     async def _read(self, ledger_id: int, first: int, last: int) -> list[tuple[int, bytes]]:
-        from bkctl.client.client import Client
         from bkctl.recovery.checker import admin_open
-        from bkctl.tls import client_settings
 
-        if self._client is None:
-            tls = client_settings(dict(self._config.properties))  # the bookie's TLS keys, as a client's
-            self._client = Client(self._service.layout, self._reactor, tls=tls)
-        handle = await admin_open(self._client, ledger_id, recovery=False)
+        handle = await admin_open(self._opened(), ledger_id, recovery=False)
         end = handle.last_add_confirmed if last < 0 else min(last, handle.last_add_confirmed)
         if end < first:
             return []
         return [(entry.entry_id, entry.payload) for entry in await handle.read(first, end)]
 
+    def sanity(self) -> Any:
+        """Java's sanity test on this bookie alone (`bkctl bookie sanity`'s): True when it passed."""
+        from twisted.internet.defer import ensureDeferred
+
+        return ensureDeferred(self._sanity())
+
+    async def _sanity(self) -> bool:
+        from bkctl.commands.smoke import sanity_one
+
+        row = await sanity_one(self._opened(), self._bookie_id, 10)
+        return bool(row["ok"])
+
+    def _opened(self) -> Any:
+        from bkctl.client.client import Client
+        from bkctl.tls import client_settings
+
+        if self._client is None:
+            tls = client_settings(self._properties)  # the process's TLS keys, as a client's
+            self._client = Client(self._layout, self._reactor, tls=tls)
+        return self._client
+
+    def recover_bookie(self, bookie: str, delete_cookie: bool) -> Any:
+        from twisted.internet.defer import ensureDeferred
+
+        from bkctl.commands.recover import recover_bookie
+
+        return ensureDeferred(recover_bookie(self._opened(), bookie, delete_cookie))
+
+    def decommission(self, bookie: str) -> Any:
+        from twisted.internet.defer import ensureDeferred
+
+        from bkctl.commands.recover import decommission
+
+        return ensureDeferred(decommission(self._opened(), bookie))
+
     def close(self) -> Any:
         return self._client.close() if self._client is not None else None
 
 
-def attach_entry_reader(service: Any, reactor: Any, config: BookieConfig) -> _EntryReader:
-    reader = _EntryReader(service, reactor, config)
-    service.entry_reader = reader
+def attach_entry_reader(service: Any, reactor: Any, config: BookieConfig) -> AdminClient:
+    reader = AdminClient(service.layout, service.bookie_id, reactor, dict(config.properties))
+    service.entry_reader, service.sanity_check = reader, reader.sanity
     return reader
 
 

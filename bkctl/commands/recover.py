@@ -500,28 +500,37 @@ def bookie_decommission(
 ) -> None:
     """Retire a stopped bookie: recover its ledgers onto the others, wait until no ensemble and no
     under-replication mark names it (bounded), then delete its cookie."""
-    from bkctl.recovery.bookie_recovery import RecoveryOptions
-
     fmt = resolve(output)
     if not yes and sys.stdin.isatty():
         confirm(f"Decommission bookie {bookie}?", declined="nothing done", needs_yes="decommission")
-    options = RecoveryOptions((bookie,))
-
-    async def work(client: Client) -> RecoveryReport:
-        report = await _run(client, options, False, False, fmt)
-        # Ledgers the recovery could not repair will not change by waiting: named, exit 3 (below).
-        given_up = {item["ledger_id"] for item in _not_recovered(report)}
-        await _wait_unreferenced(client, bookie, given_up)
-        if given_up:
-            message(f"bkctl: cookie of {bookie} kept: ledger(s) {sorted(given_up)} still name it")
-        else:
-            await client.in_thread(_delete_cookies, client, (bookie,))
-        return report
-
-    report = run_client(metadata, work, conf=conf)
+    report = run_client(metadata, lambda client: decommission(client, bookie, fmt), conf=conf)
     _say_fallbacks(report)
     _render(report.as_dict(), fmt)
     _raise_for(report, False)
+
+
+async def decommission(client: Client, bookie: str, fmt: OutputFormat = OutputFormat.json) -> RecoveryReport:
+    """Recover a stopped bookie's ledgers, wait until nothing names it, delete its cookie (also the admin
+    endpoint /api/v1/autorecovery/decommission's work)."""
+    from bkctl.recovery.bookie_recovery import RecoveryOptions
+
+    report = await _run(client, RecoveryOptions((bookie,)), False, False, fmt)
+    # Ledgers the recovery could not repair will not change by waiting: named, exit 3 (by the caller).
+    given_up = {int(item["ledger_id"]) for item in _not_recovered(report)}
+    await _wait_unreferenced(client, bookie, given_up)
+    if given_up:
+        message(f"bkctl: cookie of {bookie} kept: ledger(s) {sorted(given_up)} still name it")
+    else:
+        await client.in_thread(_delete_cookies, client, (bookie,))
+    return report
+
+
+async def recover_bookie(client: Client, bookie: str, delete_cookie: bool) -> RecoveryReport:
+    """`bkctl recover` of one stopped bookie onto the others (the admin endpoint
+    /api/v1/autorecovery/bookie's work)."""
+    from bkctl.recovery.bookie_recovery import RecoveryOptions
+
+    return await _run(client, RecoveryOptions((bookie,)), False, delete_cookie, OutputFormat.json)
 
 
 async def _wait_unreferenced(client: Client, bookie: str, given_up: set[int]) -> None:

@@ -295,6 +295,7 @@ class _Sandbox:
                 "httpServerEnabled": "true",
                 "httpServerPort": "0",
                 "ledgerStorageClass": storage_class(self.storage) or "",
+                "httpServerAdminEnabled": "true",  # a playground on 127.0.0.1: `bookie readonly` works
             }
         )
         service = BookieService(config, self.uri, self.reactor)

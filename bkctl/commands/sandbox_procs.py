@@ -23,6 +23,7 @@ from bkctl import limits
 from bkctl.commands.output import message
 from bkctl.errors import TimeoutError_, UnavailableError
 
+ADMIN_KEY = "httpServerAdminEnabled"
 START_WAIT_S = limits.SANDBOX_BOOKIE_START_WAIT_S
 STOP_WAIT_S = limits.SANDBOX_BOOKIE_STOP_WAIT_S
 CHECK_INTERVAL_S = 0.5  # local bound
@@ -37,6 +38,9 @@ class BookieChild:
         self.base, self.port, self.uri, self.extra = base, port, uri, extra
         self.port_file = base / "port"
         base.mkdir(parents=True, exist_ok=True)
+        # A playground on 127.0.0.1: the admin endpoints that change things are on (`bookie readonly`).
+        self.conf_path = base / "bk_server.conf"
+        self.conf_path.write_text(f"{ADMIN_KEY}=true\n")
         self.log_path = base / "bookie.log"
         self.log = self.log_path.open("ab")
         self.bookie_id = ""
@@ -52,6 +56,7 @@ class BookieChild:
             "--ledger-dir", str(self.base / "ledgers"),
             "--metadata", self.uri,
             "--http-port", "0",
+            "--conf", str(self.conf_path),
             *self.extra,
         ]  # fmt: skip
 

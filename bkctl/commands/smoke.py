@@ -129,7 +129,7 @@ def sanity(
         targets = bookie or sorted(await client.in_thread(client.layout.bookies))
         if not targets:
             raise UnavailableError("no read-write bookie is registered")
-        return [await _sanity_one(client, b, entries) for b in targets]
+        return [await sanity_one(client, b, entries) for b in targets]
 
     rows = run_client(metadata, work, request_timeout_ms=max(1, int(timeout_s * 1000)))
     if fmt is OutputFormat.json:
@@ -142,7 +142,7 @@ def sanity(
     message("Bookie sanity test succeeded")
 
 
-async def _sanity_one(client: Client, bookie: str, count: int) -> dict[str, Any]:
+async def sanity_one(client: Client, bookie: str, count: int) -> dict[str, Any]:
     from bkctl.model import DigestType
 
     started = time.monotonic()

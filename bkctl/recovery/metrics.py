@@ -104,7 +104,7 @@ class _Metrics(Endpoint):
         return "".join(daemon_lines(self.daemon)).encode()
 
 
-def metrics_site(daemon: Any, layout: Layout, admin_enabled: bool = False) -> Any:
+def metrics_site(daemon: Any, layout: Layout, admin_enabled: bool = False, recoveries: Any = None) -> Any:
     """The HTTP site of a daemon running alone (typed Any: twisted.web's zope interfaces)."""
     from twisted.web.server import Site
 
@@ -113,7 +113,8 @@ def metrics_site(daemon: Any, layout: Layout, admin_enabled: bool = False) -> An
     put(root, b"metrics", _Metrics(daemon))
     put(root, b"heartbeat", Heartbeat())
     v1 = path_node(root, b"api", b"v1")
-    v1.putChild(b"autorecovery", autorecovery_resource(lambda: layout, lambda: admin_enabled))
+    node = autorecovery_resource(lambda: layout, lambda: admin_enabled, lambda: recoveries)
+    put(v1, b"autorecovery", node)
     site = new_site(root)
     site.noisy = False
     return site

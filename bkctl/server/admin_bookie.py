@@ -15,7 +15,16 @@ from typing import Any, Protocol
 from twisted.internet import threads
 from twisted.internet.defer import Deferred
 
-from bkctl.admin.http_endpoint import Endpoint, Reply, answer_when_done, json_answer, json_body, param, text
+from bkctl.admin.http_endpoint import (
+    Endpoint,
+    Reply,
+    answer_when_done,
+    json_answer,
+    json_body,
+    json_object,
+    param,
+    text,
+)
 from bkctl.errors import BkctlError, NotFoundError
 from bkctl.metadata.layout import Layout
 from bkctl.model import LedgerMetadata, LedgerState
@@ -49,6 +58,7 @@ class AdminView(Protocol):
     # Reads entries first..last (-1: to the last confirmed) of any ledger through a ledger client,
     # set by whoever runs the bookie (commands/bookie_server.py): server/ never imports client/.
     entry_reader: EntryReader | None
+    sanity_check: Callable[[], Deferred[bool]] | None
 
 
 class BookieEndpoint(Endpoint):
@@ -139,6 +149,36 @@ class IsReady(BookieEndpoint):
         return text(request, "Bookie is not fully started yet", 503)
 
 
+class Sanity(BookieEndpoint):
+    """Java 4.16's `{"passed": bool, "readOnly": bool}`: a ledger written to this bookie alone, read
+    back and deleted (`bkctl bookie sanity`); a forced read-only bookie is not tested. One at a time."""
+
+    wrong_method = "Only support GET method to retrieve bookie sanity state."
+
+    def __init__(self, bookie: AdminView) -> None:
+        BookieEndpoint.__init__(self, bookie)
+        self.running = False
+
+    def on_GET(self, request: Any) -> Any:
+        if self.bookie.config.read_only:
+            return json_answer(request, {"passed": False, "readOnly": True})
+        check = self.bookie.sanity_check
+        if check is None:
+            return text(request, NOT_SERVING, 503)
+        if self.running:
+            return text(
+                request, "Timing out due to max number of sanity request are running concurrently", 500
+            )
+        self.running = True
+
+        def done(passed: object) -> object:
+            self.running = False
+            return passed
+
+        tested = check().addBoth(done).addCallback(lambda passed: {"passed": passed, "readOnly": False})
+        return answer_when_done(request, tested)
+
+
 # --- GC compaction suspension ------------------------------------------------------------------------
 
 
@@ -162,14 +202,11 @@ class SuspendCompaction(BookieEndpoint):
         gc = self.bookie.gc
         if gc is None:
             return text(request, NOT_SERVING, 503)
-        try:
-            body = json_body(request)
-        except ValueError as exc:
-            return text(request, f"bad request body: {exc}", 400)
-        if body is None:
-            return text(request, "Empty request body", 400)
+        body = json_object(request, "bad request body: ", "Empty request body", 400)
+        if isinstance(body, bytes):
+            return body
         major_key, minor_key = self.keys
-        if not isinstance(body, dict) or (body.get(major_key) is None and body.get(minor_key) is None):
+        if body.get(major_key) is None and body.get(minor_key) is None:
             return text(request, f"No {major_key} or {minor_key} params found", 400)
         suspend = self.verb == "Suspend"
         done = []

@@ -231,11 +231,13 @@ def admin_resource(bookie: BookieView) -> Any:
         b"last_log_mark": ab.LastLogMark(bookie),
         b"state": state,
         b"is_ready": ab.IsReady(bookie),
+        b"sanity": ab.Sanity(bookie),
         b"cluster_info": ab.ClusterInfo(bookie),
     }
     for name, child in children.items():
         put(node, name, child)
-    v1.putChild(b"autorecovery", autorecovery_resource(lambda: bookie.layout, admin))
+    recoveries: Any = lambda: bookie.entry_reader  # noqa: E731  (the same ledger client: bookie_server.py)
+    put(v1, b"autorecovery", autorecovery_resource(lambda: bookie.layout, admin, recoveries))
     for endpoint in _walk(root):
         endpoint.admin_enabled = admin
     return root

@@ -151,7 +151,9 @@ class BookieService:
         self.port = 0
         self.http_port: int | None = None
         self.extra_metrics: list[Callable[[], Iterator[str]]] = []  # see server/http.py
-        self.entry_reader: Any = None  # admin HTTP ledger/read (server/admin_bookie.py); set by its runner
+        # admin HTTP ledger/read and sanity (server/admin_bookie.py): set by whoever runs the bookie
+        self.entry_reader: Any = None
+        self.sanity_check: Any = None
         self.state = "starting"
         self.replay: ReplayReport | None = None
         self.replay_progress: ReplayProgress | None = None  # told the journal bytes replayed on start

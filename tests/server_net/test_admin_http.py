@@ -4,6 +4,7 @@ and status codes, success and error cases; the runtime read-only switch; is_read
 from __future__ import annotations
 
 import json
+import logging
 import subprocess
 import sys
 import time
@@ -209,9 +210,18 @@ async def test_autorecovery_endpoints(tmp_path: Path) -> None:
 
 @twisted_test
 async def test_destructive_endpoints_need_the_admin_key(tmp_path: Path) -> None:
+    # The admin server listens where httpServerHost says, and logs every request with its caller.
+    service = await start_bookie(tmp_path, name="elsewhere", httpServerHost="127.0.0.2", **HTTP)
+    assert service._http_listener.getHost().host == "127.0.0.2"
+    await service.stop()
     service = await start_bookie(tmp_path, **HTTP)
     port = service.http_port
     assert port is not None
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    logging.getLogger("bkctl.http").addHandler(handler)
+    logging.getLogger("bkctl.http").setLevel(logging.INFO)
     try:
 
         def scenario() -> None:
@@ -230,7 +240,11 @@ async def test_destructive_endpoints_need_the_admin_key(tmp_path: Path) -> None:
 
         await in_thread(scenario)
         assert service.state == "read-write"
+        logged = [r.getMessage() for r in records]
+        assert "admin http PUT /api/v1/bookie/state/readonly from 127.0.0.1" in logged
     finally:
+        logging.getLogger("bkctl.http").removeHandler(handler)
+        logging.getLogger("bkctl.http").setLevel(logging.NOTSET)
         await service.stop()
 
 
@@ -270,6 +284,8 @@ async def test_forced_read_only_cannot_be_lifted(tmp_path: Path) -> None:
     try:
         code, said = await in_thread(call, port, "PUT", "/api/v1/bookie/state/readonly", {"readOnly": False})
         assert code == 400 and "forceReadOnlyBookie" in said
+        sanity = await in_thread(call_json, port, "GET", "/api/v1/bookie/sanity")
+        assert sanity == (200, {"passed": False, "readOnly": True})
         refused = await in_thread(bkctl, "bookie", "writable", "--http", f"127.0.0.1:{port}")
         assert refused.returncode == 10 and "forceReadOnlyBookie" in refused.stderr
         assert service.state == "read-only"
@@ -366,7 +382,7 @@ async def test_is_ready_only_once_registered(tmp_path: Path) -> None:
 
 
 @twisted_test
-async def test_ledger_read(tmp_path: Path) -> None:
+async def test_ledger_read_and_sanity(tmp_path: Path) -> None:
     from twisted.internet import reactor
 
     from bkctl.commands.bookie_server import attach_entry_reader
@@ -391,8 +407,65 @@ async def test_ledger_read(tmp_path: Path) -> None:
             assert call(port, "GET", "/api/v1/ledger/read")[0] == 404
             assert call(port, "GET", "/api/v1/ledger/read?ledger_id=999999")[0] == 404
             assert call(port, "PUT", path)[0] == 404
+            assert call_json(port, "GET", "/api/v1/bookie/sanity") == (
+                200,
+                {"passed": True, "readOnly": False},
+            )
+            assert call(port, "PUT", "/api/v1/bookie/sanity")[0] == 404
 
         await in_thread(scenario)
     finally:
         await reader.close()
         await service.stop()
+
+
+@twisted_test
+async def test_decommission_and_recover_bookie(tmp_path: Path) -> None:
+    from twisted.internet import reactor
+
+    from bkctl.commands.bookie_server import attach_entry_reader
+
+    uri, first, port = await http_bookie(tmp_path, **ADMIN)
+    others = [await start_bookie(tmp_path, name=name, uri=uri) for name in ("b2", "b3")]
+    client = attach_entry_reader(first, reactor, first.config)
+    base = "/api/v1/autorecovery"
+    try:
+        quorums = ("--ensemble-size", "2", "--write-quorum", "2", "--ack-quorum", "2")
+        written = await in_thread(
+            bkctl, "ledger", "write", "-n", "20", *quorums, "--metadata", uri, "-o", "json"
+        )
+        assert written.returncode == 0, written.stderr
+        ledger_id = json.loads(written.stdout)["ledger_id"]
+        segments = await in_thread(
+            with_layout, uri, lambda layout: layout.read_ledger(ledger_id).value.segments
+        )
+        # A bookie of the ensemble other than the one asked (the third takes its copies).
+        victim = next(s for s in others if s.bookie_id in segments[0].ensemble)
+        others.remove(victim)
+        await victim.stop()
+
+        def scenario() -> None:
+            assert call(port, "PUT", f"{base}/decommission") == (
+                404,
+                "Null request body for DecommissionService.",
+            )
+            assert call(port, "PUT", f"{base}/decommission", {"x": 1})[0] == 404
+            assert call(port, "PUT", f"{base}/bookie")[0] == 404
+            assert call(port, "PUT", f"{base}/bookie", {"bookie_src": []})[0] == 404
+            assert call(port, "GET", f"{base}/bookie")[0] == 404
+            said = call(port, "PUT", f"{base}/decommission", {"bookie_src": victim.bookie_id})
+            assert said == (200, f"Success send decommission Bookie command {victim.bookie_id}")
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline:
+                ensembles = with_layout(uri, lambda layout: layout.read_ledger(ledger_id).value.segments)
+                cookie = with_layout(uri, lambda layout: layout.read_cookie(victim.bookie_id))
+                if cookie is None and all(victim.bookie_id not in s.ensemble for s in ensembles):
+                    return
+                time.sleep(0.2)
+            raise AssertionError(f"bookie {victim.bookie_id} still named: {ensembles}, cookie {cookie}")
+
+        await in_thread(scenario)
+    finally:
+        await client.close()  # opened by the decommission
+        for service in (first, *others):
+            await service.stop()
