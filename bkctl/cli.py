@@ -34,6 +34,7 @@ COMMAND_MODULES = (
     "bkctl.commands.bookie",
     "bkctl.commands.bookie_server",
     "bkctl.commands.bookie_gc",
+    "bkctl.commands.bookie_check",
     "bkctl.commands.cluster",
     "bkctl.commands.ledger",
     "bkctl.commands.ledger_data",

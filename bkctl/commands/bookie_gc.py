@@ -22,6 +22,7 @@ TRIGGER_TIMEOUT_S = 30.0
 SUMMARY = (
     "ledgers_deleted",
     "overreplicated_deleted",
+    "unindexed_kept",
     "entry_logs_removed",
     "entry_logs_compacted",
     "compaction",

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
-from bkctl.commands import inspect_entrylog, inspect_index, inspect_journal
+from bkctl.commands import index_rebuild, inspect_entrylog, inspect_index, inspect_journal
 from bkctl.commands.inspect_common import Failures
 from bkctl.commands.output import Column, OutputOption, resolve, write_json, write_rows
 from bkctl.errors import NotFoundError, ProtocolError
@@ -33,8 +33,11 @@ def register(app: typer.Typer) -> None:
     entrylog.command("inspect")(inspect_entrylog.entrylog_inspect)
     entrylog.command("metadata")(inspect_entrylog.entrylog_metadata)
     app.add_typer(entrylog, name="entrylog")
-    index = typer.Typer(help="Inspect ledger index files offline (read-only).", no_args_is_help=True)
+    index = typer.Typer(
+        help="Inspect (read-only) and rebuild ledger index files offline.", no_args_is_help=True
+    )
     index.command("inspect")(inspect_index.index_inspect)
+    index.command("rebuild")(index_rebuild.index_rebuild)
     app.add_typer(index, name="index")
     app.command("lastmark")(lastmark)
 

@@ -277,6 +277,12 @@ _GC_METRICS = (
     ),
     ("bookie_gc_seconds_total", "counter", "Time spent in GC runs.", "seconds_total"),
     ("bookie_gc_last_run_seconds", "gauge", "Duration of the last GC run.", "last_seconds"),
+    (
+        "bookie_gc_unindexed_ledgers_kept",
+        "gauge",
+        "Ledgers whose entry log records GC kept though no index names them (last run).",
+        "unindexed_kept",
+    ),
 )
 
 
