@@ -76,6 +76,8 @@ def test_missing_index_forced_gc_keeps_every_record_then_rebuild(tmp_path: Path)
         (indexes,) = [c for c in json.loads(doctor.stdout)["checks"] if c["check"] == "indexes"]
         assert indexes["state"] == "problem" and f"gc-crash ledgers {LEDGER}" in indexes["detail"]
         assert "bkctl index rebuild" in indexes["detail"]
+        busy = bkctl_run("index", "rebuild", "-l", str(ledgers), "--ledger", str(LEDGER), "--metadata", uri)
+        assert busy.returncode == ExitCode.LOCKED, busy.stderr  # never under a running bookie
         assert bookie.terminate() == 0
 
         check = bkctl_run("bookie", "check", "--ledger-dir", str(ledgers), "-o", "json")

@@ -125,6 +125,14 @@ def test_damaged_index_header_refused_unchanged_rebuilt_then_every_entry_reads_b
     assert "bkctl index rebuild" in errors[0] and "--ledger 7" in errors[0]
     assert snapshot(base) == before
     ledgers = str(base / "ledgers")
+    check = bkctl_run("bookie", "check", "-l", ledgers, "-j", str(base / "journal"), "-o", "json")
+    assert check.returncode == ExitCode.PROBLEMS_FOUND, check.stderr
+    found = json.loads(check.stdout)  # entries 100-199 are only in the journal: not the entry logs'
+    assert {(p["problem"], p["entry_id"]) for p in found["problems"]} == {
+        ("index", None),
+        *(("unreachable", e) for e in range(100)),
+    }
+    assert snapshot(base) == before  # read-only
     dry = bkctl_run("index", "rebuild", "-l", ledgers, "--ledger", "7", "--password", "secret",
                     "--metadata", uri, "--dry-run", "-o", "json")  # fmt: skip
     assert dry.returncode == 0, dry.stderr
