@@ -380,6 +380,7 @@ class GarbageCollector:
             if ledger_id not in unflushed and self.storage.delete_ledger(ledger_id):
                 report["ledgers_deleted"].append(ledger_id)
                 report["overreplicated_deleted"].append(ledger_id)
+        self._gone.update(report["ledgers_deleted"])  # their records: collectable without asking again
         self.metrics.ledgers_deleted += len(report["ledgers_deleted"])
         self.metrics.overreplicated_deleted += len(report["overreplicated_deleted"])
         log.info(
@@ -458,7 +459,8 @@ class GarbageCollector:
         """Ledgers with records in the old logs and no index here that the metadata still names this
         bookie for (or cannot tell): their records stay (see the module docstring)."""
         in_logs: set[int] = set().union(*(sizes.keys() for sizes, _ in self._sizes.values()))
-        self._gone &= in_logs
+        # A ledger held again (re-created with the same id) is no longer known gone.
+        self._gone = {i for i in self._gone & in_logs if not self.storage.holds_ledger(i)}
         unindexed = sorted(i for i in in_logs - self._gone if not self.storage.holds_ledger(i))
         kept = set()
         for ledger_id in unindexed:
