@@ -37,6 +37,7 @@ COMMAND_MODULES = (
     "bkctl.commands.bookie_state",
     "bkctl.commands.bookie_rack",
     "bkctl.commands.bookie_convert",
+    "bkctl.commands.bookie_check",
     "bkctl.commands.cluster",
     "bkctl.commands.ledger",
     "bkctl.commands.ledger_data",

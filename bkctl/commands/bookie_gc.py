@@ -29,6 +29,7 @@ TRIGGER_TIMEOUT_S = 30.0  # local bound
 SUMMARY = (
     "ledgers_deleted",
     "overreplicated_deleted",
+    "unindexed_kept",
     "entry_logs_removed",
     "entry_logs_compacted",
     "compaction",

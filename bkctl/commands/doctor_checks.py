@@ -47,6 +47,7 @@ class BookieHealth:
     http: str | None = None  # host:port of its admin HTTP endpoint, when it registers one
     disk_used_fraction: float | None = None  # the fullest of its directories; None: unknown
     disk_detail: str = UNKNOWN
+    unindexed_kept: list[int] = field(default_factory=list)  # from its info: records GC keeps, no index
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -78,6 +79,7 @@ def run_checks(layout: Layout, disk_warn: float = DISK_WARN_FRACTION) -> Report:
     check_identity(layout, report)
     bookies = check_bookies(layout, report)
     check_disks(bookies, report, disk_warn)
+    check_indexes(bookies, report)
     check_underreplicated(layout, report)
     check_autorecovery(layout, report)
     check_last_audit(layout, report)
@@ -194,6 +196,8 @@ def take_disk(bookie: BookieHealth, answer: dict[str, Any] | str) -> None:
     if isinstance(answer, str):
         bookie.disk_detail = answer
         return
+    kept = answer.get("gc_unindexed_kept")
+    bookie.unindexed_kept = [int(i) for i in kept if isinstance(i, int)] if isinstance(kept, list) else []
     usage = answer.get("disk_usage")
     fractions = [
         float(d["used_fraction"])
@@ -211,6 +215,23 @@ def take_disk(bookie: BookieHealth, answer: dict[str, Any] | str) -> None:
         bookie.disk_detail = "unknown (the bookie reports no disk usage)"
         return
     bookie.disk_detail = f"{bookie.disk_used_fraction:.0%} used ({shown})"
+
+
+def check_indexes(bookies: list[BookieHealth], report: Report) -> None:
+    """Ledgers a bookie's GC keeps because their records have no index there (from the info fetched
+    by check_disks): each needs `bkctl index rebuild` on that bookie, stopped."""
+    damaged = [b for b in bookies if b.unindexed_kept]
+    if not damaged:
+        reachable = any(b.disk_used_fraction is not None for b in bookies)
+        report.add("indexes", OK if reachable else UNKNOWN, "no bookie reports a ledger without its index")
+        return
+    shown = "; ".join(f"{b.bookie_id} ledgers {','.join(map(str, b.unindexed_kept))}" for b in damaged)
+    report.add(
+        "indexes",
+        PROBLEM,
+        f"entry log records without an index (kept by GC): {shown}; stop that bookie, "
+        "`bkctl bookie check --ledger-dir D`, `bkctl index rebuild --ledger-dir D --ledger L`, start it",
+    )
 
 
 # --- repairs: marks, autorecovery, audits --------------------------------------------------------------

@@ -34,7 +34,7 @@ def register(app: typer.Typer) -> None:
     entrylog.command("metadata")(inspect_entrylog.entrylog_metadata)
     app.add_typer(entrylog, name="entrylog")
     index = typer.Typer(
-        help="Inspect ledger indexes offline (read-only); rebuild a DbLedgerStorage one.",
+        help="Inspect ledger indexes offline (read-only) and rebuild them (either storage).",
         no_args_is_help=True,
     )
     index.command("inspect")(inspect_index.index_inspect)

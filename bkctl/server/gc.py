@@ -9,8 +9,14 @@ Every `gcWaitTime` and on demand (admin HTTP `PUT /api/v1/bookie/gc`), one run o
    read deletes nothing. Once per `gcOverreplicatedLedgerWaitTime`, closed ledgers whose metadata no
    longer names this bookie go too, under their replication lock (gc_overreplicated.py).
 2. Entry logs: each log's bytes per ledger come from its ledgers map (or a scan of a log without one,
-   cached); a log whose ledgers are all gone is removed. The current log is never touched, nor is one
-   that appeared after the run took its snapshot (ids at or above the current one).
+   cached); a log whose ledgers are all gone is removed. "Gone" is the metadata's answer, never the
+   local index's: a ledger with records in a log but no index file here (removed, or never written by
+   a checkpoint) is gone only when the metadata store lacks it (the listing, then a direct read with
+   `verifyMetadataOnGC`) or no longer names this bookie in any ensemble. Otherwise its records are
+   kept, reported (`unindexed_kept`, a metric, `bkctl doctor`) and no log holding them is compacted
+   (compaction copies only what an index names) until `bkctl index rebuild` gives it an index. The
+   current log is never touched, nor is one that appeared after the run took its snapshot (ids at or
+   above the current one).
 3. Compaction, when due (`minorCompactionInterval`, `majorCompactionInterval`) or forced: logs whose
    live share is under the threshold, least live first (each frees the most for what it copies). The
    live records (slot still pointing at them; found from the index files by a child process,
@@ -68,6 +74,7 @@ class GcReport(TypedDict):
     started_ms: int
     ledgers_deleted: list[int]
     overreplicated_deleted: list[int]
+    unindexed_kept: list[int]  # ledgers whose records no index names, kept: the metadata still names them
     entry_logs_removed: list[int]
     entry_logs_compacted: list[int]
     entries_moved: int
@@ -111,6 +118,7 @@ class GcMetrics:
     seconds_total: float = 0.0
     last_seconds: float = 0.0
     live_fraction: dict[str, float] = field(default_factory=dict)  # per ledger dir, at the last run
+    unindexed_kept: int = 0  # ledgers with records in entry logs, no index, still in the metadata (last run)
 
 
 # --- pure parts -------------------------------------------------------------------------------------
@@ -196,7 +204,11 @@ class GarbageCollector:
         if layout is not None and bookie_id and settings.overreplicated_wait_ms > 0:
             self._over = OverReplication(layout, bookie_id, settings.overreplicated_wait_ms)
         self.settings = settings
+        self.bookie_id = bookie_id
         self.metrics = GcMetrics()
+        self.unindexed_kept: list[int] = []  # see the module docstring, at the last run
+        self._listed: set[int] | None = None  # the metadata listing of this run (None: unreadable)
+        self._gone: set[int] = set()  # unindexed ledgers the metadata lacks: never asked again
         self._reactor = reactor
         self._on_run_done = on_run_done
         self._compacting = ""  # "major", "minor" or "resume" while compacting
@@ -274,6 +286,7 @@ class GarbageCollector:
                 "bytes_reclaimed": m.bytes_reclaimed,
                 "seconds": round(m.seconds_total, 3),
             },
+            "unindexed_kept": list(self.unindexed_kept),
             "live_fraction": dict(m.live_fraction),
         }
 
@@ -285,6 +298,7 @@ class GarbageCollector:
             "started_ms": int(time.time() * 1000),
             "ledgers_deleted": [],
             "overreplicated_deleted": [],
+            "unindexed_kept": [],
             "entry_logs_removed": [],
             "entry_logs_compacted": [],
             "entries_moved": 0,
@@ -335,8 +349,9 @@ class GarbageCollector:
         if self.layout is None:
             return
         held = await self.storage.ledger_ids()  # before the listing: see the module docstring
+        self._listed = None
         try:
-            listed = await self._in_thread(self._listed_ledgers)
+            listed = self._listed = await self._in_thread(self._listed_ledgers)
         except Exception as exc:
             self._error(report, f"metadata store not readable, no ledger deleted: {exc}")
             return
@@ -388,6 +403,7 @@ class GarbageCollector:
             if ledger_id not in unflushed and self.storage.delete_ledger(ledger_id):
                 report["ledgers_deleted"].append(ledger_id)
                 report["overreplicated_deleted"].append(ledger_id)
+        self._gone.update(report["ledgers_deleted"])  # their records: collectable without asking again
         self.metrics.ledgers_deleted += len(report["ledgers_deleted"])
         self.metrics.overreplicated_deleted += len(report["overreplicated_deleted"])
         log.info(
@@ -425,12 +441,15 @@ class GarbageCollector:
             del self._sizes[log_id]
         dirs = [d / "current" for d in self.storage.config.ledger_dirs]
         markers = await self._in_thread(_markers, dirs, old, logs)
-        usages = self._usages(old)
-        await self._remove_empty(report, usages)
+        kept = await self._unindexed_kept(report)
+        usages = self._usages(old, kept)
+        await self._remove_empty(report, usages, kept)
         compaction = self._due(force_major, force_minor)
-        pending = [u for u in usages.values() if u.log_id in markers and u.live > 0]
+        # Compaction copies only what an index names: a log holding kept records stays as it is.
+        compactable = [u for u in usages.values() if not kept.intersection(self._sizes[u.log_id][0])]
+        pending = [u for u in compactable if u.log_id in markers and u.live > 0]
         chosen = pending + [
-            u for u in compaction_order(usages.values(), compaction[1]) if u.log_id not in markers
+            u for u in compaction_order(compactable, compaction[1]) if u.log_id not in markers
         ]
         if compaction[0] == "" and not pending:
             return
@@ -459,7 +478,50 @@ class GarbageCollector:
                 except OSError as exc:
                     log.error("garbage collection: %s: %s", path, exc)
 
-    def _usages(self, logs: dict[int, Path]) -> dict[int, LogUsage]:
+    async def _unindexed_kept(self, report: GcReport) -> set[int]:
+        """Ledgers with records in the old logs and no index here that the metadata still names this
+        bookie for (or cannot tell): their records stay (see the module docstring)."""
+        in_logs: set[int] = set().union(*(sizes.keys() for sizes, _ in self._sizes.values()))
+        # A ledger held again (re-created with the same id) is no longer known gone.
+        self._gone = {i for i in self._gone & in_logs if not self.storage.holds_ledger(i)}
+        unindexed = sorted(i for i in in_logs - self._gone if not self.storage.holds_ledger(i))
+        kept = set()
+        for ledger_id in unindexed:
+            try:
+                named = await self._in_thread(self._names_this_bookie, ledger_id)
+            except Exception as exc:
+                self._error(report, f"ledger {ledger_id}: entry log records kept, metadata unreadable: {exc}")
+                named = True
+            if named:
+                kept.add(ledger_id)
+            else:
+                self._gone.add(ledger_id)
+        self.unindexed_kept = report["unindexed_kept"] = sorted(kept)
+        self.metrics.unindexed_kept = len(kept)
+        if kept:
+            log.warning(
+                "garbage collection: ledgers %s have entry log records but no index here and the metadata "
+                "still names this bookie: kept; stop the bookie and run `bkctl index rebuild --ledger ...`",
+                ",".join(map(str, sorted(kept))),
+            )
+        return kept
+
+    def _names_this_bookie(self, ledger_id: int) -> bool:
+        """Whether the metadata still has the ledger with this bookie in an ensemble; True when it cannot
+        tell (no store, no listing this run)."""
+        if self.layout is None or self._listed is None:
+            return True
+        if ledger_id not in self._listed and not self.settings.verify_metadata:
+            return False
+        try:  # listed, or missing from the listing but verifyMetadataOnGC: the second read decides
+            metadata = self.layout.read_ledger(ledger_id).value
+        except NotFoundError:
+            return False
+        if not self.bookie_id:
+            return True
+        return any(self.bookie_id in segment.ensemble for segment in metadata.segments)
+
+    def _usages(self, logs: dict[int, Path], kept: set[int]) -> dict[int, LogUsage]:
         """Live bytes per log now (reactor thread); logs whose sizes are incomplete are left out."""
         usages = {}
         per_dir: dict[str, list[int]] = {}
@@ -467,14 +529,16 @@ class GarbageCollector:
             sizes, complete = self._sizes.get(log_id, ({}, False))
             if not complete:
                 continue
-            usage = usages[log_id] = log_usage(log_id, path, sizes, self.storage.holds_ledger)
+            usage = usages[log_id] = log_usage(
+                log_id, path, sizes, lambda i: i in kept or self.storage.holds_ledger(i)
+            )
             totals = per_dir.setdefault(str(path.parent.parent), [0, 0])
             totals[0] += usage.live
             totals[1] += usage.total
         self.metrics.live_fraction = {d: round(t[0] / t[1], 4) if t[1] else 1.0 for d, t in per_dir.items()}
         return usages
 
-    async def _remove_empty(self, report: GcReport, usages: dict[int, LogUsage]) -> None:
+    async def _remove_empty(self, report: GcReport, usages: dict[int, LogUsage], kept: set[int]) -> None:
         empty = [u for u in usages.values() if u.live == 0]
         if not empty:
             return
@@ -484,7 +548,7 @@ class GarbageCollector:
         retired = []
         for usage in empty:  # liveness checked again now (a ledger re-created since holds the log)
             sizes = self._sizes[usage.log_id][0]
-            if any(self.storage.holds_ledger(ledger_id) for ledger_id in sizes):
+            if any(i in kept or self.storage.holds_ledger(i) for i in sizes):
                 continue
             self.storage.retire_entry_log(usage.log_id)
             del self._sizes[usage.log_id]

@@ -342,6 +342,12 @@ _GC_METRICS = (
     ),
     ("bkctl_bookie_gc_seconds_total", "counter", "Time spent in GC runs.", "seconds_total"),
     ("bkctl_bookie_gc_last_run_seconds", "gauge", "Duration of the last GC run.", "last_seconds"),
+    (
+        "bkctl_bookie_gc_unindexed_ledgers_kept",
+        "gauge",
+        "Ledgers whose entry log records GC kept though no index names them (last run).",
+        "unindexed_kept",
+    ),
 )
 
 

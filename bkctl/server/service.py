@@ -442,6 +442,7 @@ class BookieService:
             "registered_read_only": self.registered_read_only,
             "disk_usage": disk_usage(self.config),
             "connections": self.factory.metrics.connections_open,
+            "gc_unindexed_kept": list(self.gc.unindexed_kept) if self.gc is not None else [],
             **storage,
         }
 

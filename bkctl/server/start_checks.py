@@ -50,12 +50,13 @@ def index_problem(path: Path) -> str | None:
         os.close(fd)
 
 
-def rebuild_hint(ledger_id: int, ledger_dirs: Iterable[Path]) -> str:
-    dirs = " ".join(f"--ledger-dir {d}" for d in ledger_dirs)
+def rebuild_hint(ledger_id: int, ledger_dirs: Iterable[Path], index_dirs: Iterable[Path] = ()) -> str:
+    """What repairs a ledger's index, as a command to paste."""
+    dirs = " ".join([*(f"--ledger-dir {d}" for d in ledger_dirs), *(f"--index-dir {d}" for d in index_dirs)])
     return f"repair it with `bkctl index rebuild {dirs} --ledger {ledger_id}`, then start again"
 
 
-def check_index_files(index_dirs: Iterable[Path], ledger_dirs: tuple[Path, ...]) -> int:
+def check_index_files(index_dirs: tuple[Path, ...], ledger_dirs: tuple[Path, ...]) -> int:
     """The number of index files, all decodable; else CorruptDataError naming the first bad one."""
     count = 0
     for ledger_id, path in index_files(index_dirs):
@@ -63,7 +64,7 @@ def check_index_files(index_dirs: Iterable[Path], ledger_dirs: tuple[Path, ...])
         if problem is not None:
             raise CorruptDataError(
                 f"{path}: ledger {ledger_id}: {problem}: refusing to start, nothing was changed; "
-                + rebuild_hint(ledger_id, ledger_dirs)
+                + rebuild_hint(ledger_id, ledger_dirs, () if index_dirs == ledger_dirs else index_dirs)
             )
         count += 1
     return count

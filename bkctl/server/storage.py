@@ -388,7 +388,7 @@ class Storage:
         except CorruptDataError as exc:
             raise CorruptDataError(
                 f"journal replay: ledger {ledger_id}: {exc}: refusing to start, lastMark not moved; "
-                + rebuild_hint(ledger_id, self.config.ledger_dirs)
+                + rebuild_hint(ledger_id, self.config.ledger_dirs, self.config.index_dirs)
             ) from None
 
     def _ledger_or_none(self, ledger_id: int) -> LedgerInfo | None:

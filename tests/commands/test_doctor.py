@@ -41,8 +41,8 @@ def test_healthy_sandbox_then_autorecovery_disabled_then_a_bookie_killed(tmp_pat
             "last_audit_ms", "last_check_all_ledgers_ms",
         }  # fmt: skip
         assert [c["check"] for c in document["checks"]] == [  # type: ignore[attr-defined]
-            "metadata", "instance_id", "bookies", "disk", "underreplicated", "autorecovery", "auditor",
-            "last_audit",
+            "metadata", "instance_id", "bookies", "disk", "indexes", "underreplicated", "autorecovery",
+            "auditor", "last_audit",
         ]  # fmt: skip
         found = states(document)
         assert found.pop("last_audit") in ("ok", "unknown")  # the auditor's first check may be under way

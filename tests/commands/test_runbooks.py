@@ -268,3 +268,42 @@ def corrupt_entry_log_then_bookie_died_without_autorecovery(
     assert ops.json("ledger", "list", "--bookie", victim) == []
     ops.run("ledger", "check", str(other), "--full")
     ops.run("autorecovery", "enable")
+
+
+def test_damaged_index_runbook(tmp_path: Path) -> None:
+    """docs/operations.md, "A damaged or missing index", on one bookie process: the refused start, the
+    check, the rebuild (dry run first), the clean check, the start, every entry read back."""
+    from bkctl.protocol import index_format as ixf
+    from tests.server_net.live import metadata_uri
+
+    ops = Ops(metadata_uri(tmp_path), tmp_path)
+    journal, ledgers = str(tmp_path / "b1" / "journal"), str(tmp_path / "b1" / "ledgers")
+    dirs = ["-j", journal, "-l", ledgers, "--metadata", ops.uri]
+    bookie = BookieProcess([*dirs, "-p", "0"])
+    try:
+        _, port = bookie.wait_serving()
+        quorum = ["-E", "1", "-Qw", "1", "-Qa", "1"]
+        ledger = ops.json("ledger", "write", "--entries", "100", "--size", "100", *quorum)["ledger_id"]
+        assert bookie.terminate() == 0
+    finally:
+        bookie.kill()
+    index = tmp_path / "b1" / "ledgers" / "current" / ixf.index_path(ledger)
+    with index.open("r+b") as file:
+        file.write(b"\xbd")  # "BKLE" -> "\xbdKLE"
+    refused = ops.run("bookie", "start", *dirs, "-p", str(port), code=7)
+    assert f"ledger {ledger}: corrupt index header" in refused.stderr
+    assert f"bkctl index rebuild --ledger-dir {ledgers} --ledger {ledger}" in refused.stderr
+    checked = ops.json("bookie", "check", "-l", ledgers, "-j", journal, code=3)
+    assert {p["problem"] for p in checked["problems"]} == {"index", "unreachable"}
+    (planned,) = ops.json("index", "rebuild", "-l", ledgers, "--ledger", str(ledger), "--dry-run")
+    assert (planned["entries"], planned["key_from"], planned["written"]) == (100, "metadata", False)
+    ops.run("index", "rebuild", "-l", ledgers, "--ledger", str(ledger))
+    ops.run("bookie", "check", "-l", ledgers, "-j", journal)
+    again = BookieProcess([*dirs, "-p", str(port)])
+    try:
+        again.wait_serving()
+        read = ops.run("ledger", "read", str(ledger), "-o", "json")
+        assert len(read.stdout.splitlines()) == 100
+        assert again.terminate() == 0
+    finally:
+        again.kill()

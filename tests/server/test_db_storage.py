@@ -200,12 +200,12 @@ def test_index_rebuild_gives_java_locations_key_for_key_and_resumes(tmp_path: Pa
     before = _scan(current / dbf.LOCATIONS_DB)
     (current / "locations.rebuilding").mkdir()  # left by a killed rebuild
     (current / "locations.rebuilding" / "000001.log").write_bytes(b"junk")
-    report = invoke_json("index", "rebuild", str(tmp_path / "ledgers"))
+    report = invoke_json("index", "rebuild", "--ledger-dir", str(tmp_path / "ledgers"))
     assert report["keys"] == len(before) == 2767 and report["entry_logs"] == [0, 1, 2]
     assert _scan(current / dbf.LOCATIONS_DB) == before
     assert _scan(Path(report["backup"])) == before
     assert not (current / "locations.rebuilding").exists()
-    assert invoke("index", "rebuild", str(tmp_path / "nothing"))[0] == 2
+    assert invoke("index", "rebuild", "--ledger-dir", str(tmp_path / "nothing"))[0] == 4
 
 
 def _scan(db: Path) -> list[tuple[bytes, bytes]]:

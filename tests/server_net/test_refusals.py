@@ -6,15 +6,19 @@ configuration (exit 10), a damaged index header with acknowledged entries only i
 from __future__ import annotations
 
 import hashlib
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from bkctl.errors import ExitCode
 from bkctl.protocol import index_format as ixf
+from tests.conftest import REPO
 from tests.server.test_corrupt_files import flip
 from tests.server_net.live import BookieProcess, bookie_flags, metadata_uri
-from tests.server_net.test_process import dir_args
+from tests.server_net.test_process import check_all_readable, dir_args
 from tests.server_net.wire_client import WireClient
 
 pytestmark = pytest.mark.slow
@@ -101,10 +105,16 @@ def checkpointed_then_journal_tail(base: Path, uri: str) -> tuple[int, dict[int,
     return port, acked
 
 
-def test_damaged_index_header_with_journal_tail_refuses_exit_7_files_unchanged(tmp_path: Path) -> None:
+def bkctl_run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bkctl", *args], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_damaged_index_header_refused_unchanged_rebuilt_then_every_entry_reads_back(tmp_path: Path) -> None:
     uri = metadata_uri(tmp_path)
     base = tmp_path / "b1"
-    port, _ = checkpointed_then_journal_tail(base, uri)
+    port, acked = checkpointed_then_journal_tail(base, uri)
     index = base / "ledgers" / "current" / ixf.index_path(7)
     flip(index, 0)
     before = snapshot(base)
@@ -114,3 +124,29 @@ def test_damaged_index_header_with_journal_tail_refuses_exit_7_files_unchanged(t
     assert f"{index}: ledger 7: corrupt index header" in errors[0]
     assert "bkctl index rebuild" in errors[0] and "--ledger 7" in errors[0]
     assert snapshot(base) == before
+    ledgers = str(base / "ledgers")
+    check = bkctl_run("bookie", "check", "-l", ledgers, "-j", str(base / "journal"), "-o", "json")
+    assert check.returncode == ExitCode.PROBLEMS_FOUND, check.stderr
+    found = json.loads(check.stdout)  # entries 100-199 are only in the journal: not the entry logs'
+    assert {(p["problem"], p["entry_id"]) for p in found["problems"]} == {
+        ("index", None),
+        *(("unreachable", e) for e in range(100)),
+    }
+    assert snapshot(base) == before  # read-only
+    dry = bkctl_run("index", "rebuild", "-l", ledgers, "--ledger", "7", "--password", "secret",
+                    "--metadata", uri, "--dry-run", "-o", "json")  # fmt: skip
+    assert dry.returncode == 0, dry.stderr
+    (row,) = json.loads(dry.stdout)
+    assert (row["entries"], row["first_entry"], row["last_entry"]) == (100, 0, 99)  # the checkpointed ones
+    assert row["key_from"] == "--password" and not row["written"]
+    assert snapshot(base) == before
+    done = bkctl_run("index", "rebuild", "-l", ledgers, "--ledger", "7", "--password", "secret",
+                     "--metadata", uri, "-o", "json")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    again = BookieProcess([*dir_args(base), "--metadata", uri, "-p", str(port)])
+    try:
+        again.wait_serving()  # replays the journal's entries 100-199 onto the rebuilt index
+        check_all_readable(port, 7, acked)
+        assert again.terminate() == 0
+    finally:
+        again.kill()
