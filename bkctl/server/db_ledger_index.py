@@ -12,6 +12,7 @@ synced batch after the entry log is fsynced, then the ledgers' state in another.
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 from array import array
 from collections.abc import Iterator, Mapping
@@ -70,7 +71,8 @@ class DbLedgerIndex:
         self._ledgers_db: KeyValueDb | None = None
         self._locations_db: KeyValueDb | None = None
         self._ledgers: dict[int, dbf.LedgerData] = {}
-        self._pending_locations: dict[bytes, bytes] = {}
+        # (key, value) in write order: a WriteBatch applies them in order, so a later one wins.
+        self._pending_locations: list[tuple[bytes, bytes]] = []
         self._pending_ledgers: dict[bytes, bytes] = {}
 
     def open(self) -> None:
@@ -144,7 +146,9 @@ class DbLedgerIndex:
         for entry_id, location in locations.items():
             if entry_id < 0:
                 raise CorruptDataError("negative entry id in index slots")
-            self._pending_locations[dbf.location_key(ledger_id, entry_id)] = dbf.encode_location(location)
+            self._pending_locations.append(
+                (dbf.location_key(ledger_id, entry_id), dbf.encode_location(location))
+            )
         if header is not None:
             data = data_of(header)
             self._ledgers[ledger_id] = data
@@ -156,20 +160,25 @@ class DbLedgerIndex:
         """As `write`, for entries first_entry_id, first_entry_id + 1, ... with big-endian locations."""
         if first_entry_id < 0:
             raise CorruptDataError("negative entry id in index slots")
-        # An `.idx` slot and a locations value are the same 8 big-endian bytes: no decoding.
-        for n in range(len(slots) // ixf.SLOT_SIZE):
-            value = slots[n * ixf.SLOT_SIZE : (n + 1) * ixf.SLOT_SIZE]
+        # An `.idx` slot and a locations value are the same 8 big-endian bytes: no decoding; the keys'
+        # entry ids are packed in one call, each key is the ledger's prefix and an 8-byte slice of them.
+        count = len(slots) // ixf.SLOT_SIZE
+        prefix = dbf.ledger_key(ledger_id)
+        ids = struct.pack(f">{count}q", *range(first_entry_id, first_entry_id + count))
+        pending = self._pending_locations
+        for at in range(0, count * ixf.SLOT_SIZE, ixf.SLOT_SIZE):
+            value = slots[at : at + ixf.SLOT_SIZE]
             if value != _UNSET:
-                self._pending_locations[dbf.location_key(ledger_id, first_entry_id + n)] = value
+                pending.append((prefix + ids[at : at + ixf.SLOT_SIZE], value))
         self.write(ledger_id, header, {})
 
     def commit(self) -> None:
         """The queued locations in one synced batch, then the ledgers' state in another (Java's order)."""
         with self._lock:
-            locations, self._pending_locations = self._pending_locations, {}
+            locations, self._pending_locations = self._pending_locations, []
             ledgers, self._pending_ledgers = self._pending_ledgers, {}
         if locations:
-            self._locations.write(locations)
+            self._locations.write_pairs(locations)
         if ledgers:
             self._ledgers_store.write(ledgers)
 

@@ -107,6 +107,17 @@ class KeyValueDb:
         else:
             self._db.write(batch)
 
+    def write_pairs(self, pairs: list[tuple[bytes, bytes]], sync: bool = True) -> None:
+        """Puts in one atomic batch, in order (a later put of a key wins)."""
+        batch = rd.WriteBatch(raw_mode=True)
+        put = batch.put
+        for key, value in pairs:
+            put(key, value)
+        if sync:
+            self._db.write(batch, self._sync)
+        else:
+            self._db.write(batch)
+
     def delete_range(self, first: bytes, end: bytes) -> None:
         """Remove keys in [first, end), synced."""
         batch = rd.WriteBatch(raw_mode=True)
