@@ -8,7 +8,8 @@ bookies together, over the same interval.
 
     python benchmarks/recover.py                          # 64 KiB and 1 KiB entries, 20 ledgers
     python benchmarks/recover.py --sizes 1024 --ledgers 200 --mb 130
-    python benchmarks/recover.py --entry-size 1024 --ledgers 10000 --entries 20 --bookies 4
+    python benchmarks/recover.py --entry-size 1024 --ledgers 10000 --entries 20 --bookies 4 \
+        --metadata zk --parallel 32
 """
 
 from __future__ import annotations
@@ -115,7 +116,7 @@ def zk_requests(server: ZooKeeperServer | None) -> int:
     return int(found.group(1)) if found else 0
 
 
-def run(shape: Shape) -> dict[str, Any]:
+def run(shape: Shape, parallel: int = 4) -> dict[str, Any]:
     with (
         tempfile.TemporaryDirectory(dir=REPO / "benchmarks") as tmp,
         metadata_uri(shape.metadata, Path(tmp)) as (uri, zk),
@@ -138,7 +139,10 @@ def run(shape: Shape) -> dict[str, Any]:
             before = sum(cpu_s(pid) for pid in survivors)
             started, requests = time.monotonic(), zk_requests(zk)
             proc = subprocess.Popen(
-                [*BKCTL, "recover", uri, ids[0], "-o", "json"], stdout=subprocess.PIPE, text=True, cwd=REPO
+                [*BKCTL, "recover", uri, ids[0], "--parallel", str(parallel), "-o", "json"],
+                stdout=subprocess.PIPE,
+                text=True,
+                cwd=REPO,
             )
             usage = os.wait4(proc.pid, 0)[2]
             seconds = time.monotonic() - started
@@ -187,7 +191,11 @@ def main_of(run_one: Callable[[Shape], dict[str, Any]], doc: str) -> None:
 
 
 def main() -> None:
-    main_of(run, __doc__ or "")
+    # --parallel is ours (recover's); the rest is the command line shared with autorecovery.py.
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--parallel", type=int, default=4, help="recover --parallel")
+    known, sys.argv[1:] = parser.parse_known_args()
+    main_of(lambda shape: run(shape, known.parallel) | {"parallel": known.parallel}, __doc__ or "")
 
 
 if __name__ == "__main__":

@@ -248,7 +248,10 @@ class UnderreplicationLayout(LayoutBase):
         costs a listing per level on the way and two requests per mark taken (the lock, the mark's
         read), not a walk of every mark: that walk made each take cost as many requests as the backlog
         has marks. Marks in `skip` (this worker's own) and locked ones are passed over unread. `levels`
-        keeps the listings of the three upper levels a moment (they change once per 2^16 ledger ids).
+        keeps the listings a moment (a worker's, across its takes): the last level lists up to 65,536
+        marks, and listing it for every take of two made a take cost as much as the backlog again. A
+        mark in a kept listing that another worker replicated since costs a lock and a read for nothing;
+        the random order makes that rare.
         `newest_first`: the highest ids first (ledger ids grow with time: an active topic reads its
         newest ledgers), not random; workers on many hosts then meet on the same marks, and each lock
         lost costs a request."""
@@ -259,11 +262,10 @@ class UnderreplicationLayout(LayoutBase):
         return descent.taken, descent.seen
 
     def _descend(self, path: str, depth: int, prefix: int, descent: _Descent, holder: str | None) -> None:
-        names = descent.levels.get(path) if depth < 3 else None
+        names = descent.levels.get(path)
         if names is None:
             names = [n for n in self._children_or_none(path) or [] if _HEX4.fullmatch(n)]
-            if depth < 3:
-                descent.levels.put(path, names)
+            descent.levels.put(path, names)
         names = sorted(names, reverse=True) if descent.newest_first else list(names)
         if not descent.newest_first:
             descent.rng.shuffle(names)
@@ -394,8 +396,8 @@ class _Descent:
 
 
 class UpperLevels:
-    """Listings of the mark tree's upper levels, kept `ttl_s` (a worker's, across its takes): a new
-    level is seen at most that late; a level gone meanwhile lists as empty."""
+    """Listings of the mark tree's levels, kept `ttl_s` (a worker's, across its takes): a new mark is
+    seen at most that late; one gone meanwhile is found gone when locked."""
 
     def __init__(self, ttl_s: float = UPPER_LEVELS_TTL_S) -> None:
         self.ttl_s = ttl_s

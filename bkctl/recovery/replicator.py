@@ -86,6 +86,13 @@ class Throttle:
     def set_rate(self, bytes_per_s: float | None) -> None:
         self._rate = bytes_per_s or None
 
+    def wait_s(self) -> float:
+        """How long until the bytes counted so far are due (0: none ahead, or no limit)."""
+        if not self._rate:
+            return 0.0
+        ahead: float = self._due - self._reactor.seconds()
+        return max(0.0, ahead)
+
     def delay_after(self, size: int) -> float:
         if not self._rate:
             return 0.0
@@ -125,6 +132,12 @@ class FragmentCopy:
         return self.done
 
     def _fill(self) -> None:
+        wait = self.throttle.wait_s()
+        if wait > 0 and self.queue and not self.paused and self.error is None:
+            # The budget is spent ahead (other copies of this daemon, a ledger before this one): no
+            # new reads until it is due, or each new small ledger would send a whole window at once.
+            self.paused = True
+            task.deferLater(self.handle.client.reactor, wait, self._resume)
         while (
             self.queue
             and not self.paused

@@ -110,7 +110,8 @@ class ReplicationWorker:
         self._releases: dict[int, Any] = {}  # ledger -> the delayed release of its lock (backoff)
         self._sleeps: set[Deferred[None]] = set()
         self._rng = random.Random()
-        self._levels = UpperLevels()  # the mark tree's upper levels, across takes
+        self._levels = UpperLevels()  # the mark tree's listings, across takes
+        self._finished: dict[int, float] = {}  # ledger -> when its mark was deleted here
         self._enabled: bool | None = None  # the disable flag as last watched; None: not yet
         self._flag_sub: Subscription | None = None
         self.scans = 0  # walks of the marks done: what "nothing happened since" is counted in
@@ -173,7 +174,10 @@ class ReplicationWorker:
         if free < min(self._config.take_batch, self._config.parallel) and self.stats.copying:
             return  # marks are taken a few at a time: the next repair to end asks again
         self._scanning = True
-        busy = set(self.stats.copying) | set(self.stats.failing)
+        now = time.monotonic()
+        self._finished = {i: t for i, t in self._finished.items() if now - t < self._levels.ttl_s * 2}
+        # this worker's own, and the marks it just deleted (still in the listings it keeps)
+        busy = set(self.stats.copying) | set(self.stats.failing) | set(self._finished)
         taken = self._in_thread(self._take_marks, free, busy)
         taken.addCallbacks(self._start_all, self._scan_failed)
         taken.addBoth(self._scan_done)
@@ -225,12 +229,14 @@ class ReplicationWorker:
         if outcome.deleted:
             yield self._in_thread(self._layout.mark_replicated, ledger_id, -1)
             self.stats.marks_dropped += 1
+            self._finished[ledger_id] = time.monotonic()
             log.info("ledger %d was deleted: under-replication mark dropped", ledger_id)
         elif outcome.replicated:
             yield self._in_thread(self._layout.mark_replicated, ledger_id, mark.version, mark.session_id)
             self._backoff.pop(ledger_id, None)
             self.stats.failing.pop(ledger_id, None)
             self.stats.ledgers_replicated += 1
+            self._finished[ledger_id] = time.monotonic()
             log.info(
                 "ledger %d replicated: %d entries, %d bytes copied",
                 ledger_id,

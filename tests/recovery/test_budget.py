@@ -25,6 +25,7 @@ def test_the_throttle_holds_the_rate_and_follows_a_new_one() -> None:
     throttle = Throttle(clock, 1000)
     assert throttle.delay_after(500) == pytest.approx(0.5)
     assert throttle.delay_after(500) == pytest.approx(1.0)
+    assert throttle.wait_s() == pytest.approx(1.0)  # a new copy waits for what others sent
     clock.advance(1.0)
     throttle.set_rate(100)  # bytes from now on are due at the new rate
     assert throttle.delay_after(100) == pytest.approx(1.0)
