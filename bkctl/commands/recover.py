@@ -20,7 +20,12 @@ import typer
 from bkctl.commands.bookie import app as bookie_app
 from bkctl.commands.ledger import app as ledger_app
 from bkctl.commands.ledger_options import AdminPasswordOption, admin_password
-from bkctl.commands.options import MetadataOption, PlacementConfOption, confirm
+from bkctl.commands.options import (
+    MetadataOption,
+    PlacementConfOption,
+    PlacementKeysOption,
+    confirm,
+)
 from bkctl.commands.output import (
     Column,
     OutputFormat,
@@ -92,6 +97,7 @@ def recover(
         ),
     ] = False,
     conf: PlacementConfOption = None,
+    placement: PlacementKeysOption = None,
     yes: Annotated[
         bool, typer.Option("--yes", "-y", help="Do not ask for confirmation on a terminal.")
     ] = False,
@@ -130,7 +136,12 @@ def recover(
             declined="nothing recovered",
             needs_yes="recover",
         )
-    report = run_client(metadata, lambda client: _run(client, options, force, delete_cookie, fmt), conf=conf)
+    report = run_client(
+        metadata,
+        lambda client: _run(client, options, force, delete_cookie, fmt),
+        conf=conf,
+        placement=placement,
+    )
     _say_fallbacks(report)
     if report.target_overrides:
         message(
@@ -320,6 +331,7 @@ def ledger_check(
     full: Annotated[bool, typer.Option("--full", help="Read every entry (default: first and last).")] = False,
     password: AdminPasswordOption = None,
     conf: PlacementConfOption = None,
+    placement: PlacementKeysOption = None,
     metadata: MetadataOption = None,
     output: OutputOption = None,
 ) -> None:
@@ -337,7 +349,7 @@ def ledger_check(
         placed = await client.place(ledger_placement, client.placement, md)
         return [_check_row(s) for s in checked.states], [p.as_dict() for p in placed]
 
-    rows, misplaced = run_client(metadata, work, conf=conf)
+    rows, misplaced = run_client(metadata, work, conf=conf, placement=placement)
     if fmt is OutputFormat.json:
         write_json({"ledger_id": ledger_id, "fragments": rows, "placement": misplaced})
     else:
@@ -379,6 +391,7 @@ def ledger_recover(
     ] = False,
     password: AdminPasswordOption = None,
     conf: PlacementConfOption = None,
+    placement: PlacementKeysOption = None,
     metadata: MetadataOption = None,
     output: OutputOption = None,
 ) -> None:
@@ -398,7 +411,7 @@ def ledger_recover(
                 client, ledger_id, target=target, full=full, password=secret, force=force, progress=told
             )
 
-    report = run_client(metadata, work, conf=conf)
+    report = run_client(metadata, work, conf=conf, placement=placement)
     _say_fallbacks(report)
     _render(report.as_dict(), fmt)
     _raise_for(report, False)
@@ -416,6 +429,7 @@ def bookie_decommission(
         bool, typer.Option("--yes", "-y", help="Do not ask for confirmation on a terminal.")
     ] = False,
     conf: PlacementConfOption = None,
+    placement: PlacementKeysOption = None,
     metadata: MetadataOption = None,
     output: OutputOption = None,
 ) -> None:
@@ -439,7 +453,7 @@ def bookie_decommission(
             await client.in_thread(_delete_cookies, client, (bookie,))
         return report
 
-    report = run_client(metadata, work, conf=conf)
+    report = run_client(metadata, work, conf=conf, placement=placement)
     _say_fallbacks(report)
     _render(report.as_dict(), fmt)
     _raise_for(report, False)
