@@ -11,7 +11,13 @@ from typing import Annotated, Any
 import typer
 
 from bkctl.commands import progress
-from bkctl.commands.options import MetadataOption, PlacementConfOption, metadata_choice
+from bkctl.commands.options import (
+    MetadataOption,
+    PlacementConfOption,
+    PlacementKeysOption,
+    metadata_choice,
+    placement_keys,
+)
 from bkctl.commands.output import (
     Column,
     OutputFormat,
@@ -80,6 +86,7 @@ def audit(
     ] = None,
     remote: Annotated[str | None, typer.Option("--remote", help="Spark Connect URL, sc://host:port.")] = None,
     conf: PlacementConfOption = None,
+    placement: PlacementKeysOption = None,
     metadata: MetadataOption = None,
     output: OutputOption = None,
 ) -> None:
@@ -107,13 +114,13 @@ def audit(
         raise
     options = AuditOptions(ledger_range, verify_digests, sample, output_dir)
     rack_store = None
-    if conf is not None:  # the rack source stays open (a watch) while the audit runs
+    if conf is not None or placement:  # the rack source stays open (a watch) while the audit runs
         from bkctl.commands.running import placement_policy
         from bkctl.metadata.layout import Layout
         from bkctl.metadata.stores import open_store
 
         rack_store = open_store(uri)
-        options.placement = placement_policy(Layout(rack_store), conf)
+        options.placement = placement_policy(Layout(rack_store), conf, placement_keys(placement))
     problems: list[str] = []
     bookies: list[Any] = []
     if online:

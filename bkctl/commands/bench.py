@@ -27,7 +27,7 @@ from bkctl.commands.ledger_options import (
     TimeoutOption,
     WriteQuorumOption,
 )
-from bkctl.commands.options import MetadataOption, PlacementConfOption
+from bkctl.commands.options import MetadataOption, PlacementConfOption, PlacementKeysOption
 from bkctl.commands.output import OutputFormat, OutputOption, message, resolve, write_json, write_mapping
 from bkctl.commands.running import run_client
 from bkctl.errors import BkctlError, UsageError
@@ -115,6 +115,7 @@ def bench_write(
     timeout_ms: TimeoutOption = None,
     protocol: ProtocolOption = None,
     conf: PlacementConfOption = None,
+    placement: PlacementKeysOption = None,
     metadata: MetadataOption = None,
     output: OutputOption = None,
 ) -> None:
@@ -140,7 +141,15 @@ def bench_write(
             "ack_quorum": ack_quorum,
         }
 
-    _print(run_client(metadata, work, request_timeout_ms=timeout_ms, protocol=protocol, conf=conf), fmt)
+    _print(_run(metadata, work, timeout_ms, protocol, (conf, placement)), fmt)
+
+
+def _run(metadata: str | None, work: Any, timeout_ms: int | None, protocol: str | None, placed: Any) -> Any:
+    """The benchmark on a client; `placed`: (--conf, --placement)."""
+    conf, placement = placed
+    return run_client(
+        metadata, work, request_timeout_ms=timeout_ms, protocol=protocol, conf=conf, placement=placement
+    )
 
 
 class _WriteLoad:
@@ -234,6 +243,7 @@ def bench_read(
     timeout_ms: TimeoutOption = None,
     protocol: ProtocolOption = None,
     conf: PlacementConfOption = None,
+    placement: PlacementKeysOption = None,
     metadata: MetadataOption = None,
     output: OutputOption = None,
 ) -> None:
@@ -250,7 +260,7 @@ def bench_read(
         size = lh.length // (lh.last_add_confirmed + 1)
         return _document("read", recorder, size, outstanding, duration) | {"ledgers": [lh.ledger_id]}
 
-    _print(run_client(metadata, work, request_timeout_ms=timeout_ms, protocol=protocol, conf=conf), fmt)
+    _print(_run(metadata, work, timeout_ms, protocol, (conf, placement)), fmt)
 
 
 async def _ledger_to_read(

@@ -10,7 +10,14 @@ from typing import Annotated, Any
 
 import typer
 
-from bkctl.commands.options import MetadataOption, PlacementConfOption, metadata_choice, open_layout
+from bkctl.commands.options import (
+    MetadataOption,
+    PlacementConfOption,
+    PlacementKeysOption,
+    metadata_choice,
+    open_layout,
+    placement_keys,
+)
 from bkctl.commands.output import (
     Column,
     OutputFormat,
@@ -44,6 +51,7 @@ def doctor(
         ),
     ] = 0.90,
     conf: PlacementConfOption = None,
+    placement: PlacementKeysOption = None,
     metadata: MetadataOption = None,
     output: OutputOption = None,
 ) -> None:
@@ -61,10 +69,12 @@ def doctor(
     try:
         with open_layout(metadata) as layout:
             report = checks.run_checks(layout, disk_warn)
-            if conf is not None:
+            if conf is not None or placement:
                 from bkctl.commands.running import placement_policy
 
-                checks.check_placement(layout, report, placement_policy(layout, conf))
+                checks.check_placement(
+                    layout, report, placement_policy(layout, conf, placement_keys(placement))
+                )
     except BkctlError as exc:  # unreachable, no cluster, a foreign or undecodable LAYOUT: reported
         report = checks.unreachable(exc)
     _render(report, fmt)

@@ -28,7 +28,12 @@ from bkctl.commands.ledger_options import (
     admin_password,
     password_bytes,
 )
-from bkctl.commands.options import MetadataOption, PlacementConfOption, confirm
+from bkctl.commands.options import (
+    MetadataOption,
+    PlacementConfOption,
+    PlacementKeysOption,
+    confirm,
+)
 from bkctl.commands.output import (
     Column,
     OutputFormat,
@@ -67,6 +72,7 @@ def ledger_create(
     digest: DigestOption = DigestName.crc32c,
     password: PasswordOption = "",
     conf: PlacementConfOption = None,
+    placement: PlacementKeysOption = None,
     metadata: MetadataOption = None,
     output: OutputOption = None,
 ) -> None:
@@ -84,7 +90,7 @@ def ledger_create(
         )
         return {"ledger_id": lh.ledger_id, "ensemble": lh.ensemble}
 
-    document = run_client(metadata, work, conf=conf)
+    document = run_client(metadata, work, conf=conf, placement=placement)
     write_mapping(document, fmt)
 
 

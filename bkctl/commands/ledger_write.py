@@ -34,7 +34,7 @@ from bkctl.commands.ledger_options import (
     password_bytes,
     payload,
 )
-from bkctl.commands.options import MetadataOption, PlacementConfOption
+from bkctl.commands.options import MetadataOption, PlacementConfOption, PlacementKeysOption
 from bkctl.commands.output import OutputOption, message, resolve, write_mapping
 from bkctl.commands.progress import Bar, bar
 from bkctl.commands.running import interruptible, run_client
@@ -77,6 +77,7 @@ def ledger_write(
     timeout_ms: TimeoutOption = None,
     protocol: ProtocolOption = None,
     conf: PlacementConfOption = None,
+    placement: PlacementKeysOption = None,
     metadata: MetadataOption = None,
     output: OutputOption = None,
 ) -> None:
@@ -115,7 +116,14 @@ def ledger_write(
                 return await ended_early(client, lh, exc, close=False)
         return write_document(lh, closed=not no_close), None
 
-    document, error = run_client(metadata, work, request_timeout_ms=timeout_ms, protocol=protocol, conf=conf)
+    document, error = run_client(
+        metadata,
+        work,
+        request_timeout_ms=timeout_ms,
+        protocol=protocol,
+        conf=conf,
+        placement=placement,
+    )
     write_mapping(document, fmt)
     if error is not None:
         raise error

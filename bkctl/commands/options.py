@@ -47,6 +47,27 @@ PlacementConfOption = Annotated[
     ),
 ]
 
+PlacementKeysOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--placement",
+        metavar="KEY=VALUE",
+        help="A placement key overriding --conf's (repeat), e.g. --placement minNumRacksPerWriteQuorum=3.",
+        show_default=False,
+    ),
+]
+
+
+def placement_keys(pairs: list[str] | None) -> dict[str, str]:
+    """`--placement KEY=VALUE` flags -> {key: value}; UsageError for one without `=`."""
+    keys = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--placement {pair!r}: expected KEY=VALUE, e.g. minNumRacksPerWriteQuorum=3")
+        keys[key.strip()] = value.strip()
+    return keys
+
 
 def conf_properties(conf: Path | None) -> dict[str, str]:
     """Java's keys in a command's `--conf` (or BKCTL_CONF, the root `--conf`), {} without one. The

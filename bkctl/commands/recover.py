@@ -20,7 +20,13 @@ import typer
 from bkctl.commands.bookie import app as bookie_app
 from bkctl.commands.ledger import app as ledger_app
 from bkctl.commands.ledger_options import AdminPasswordOption, admin_password
-from bkctl.commands.options import MetadataOption, PlacementConfOption, check_output_file, confirm
+from bkctl.commands.options import (
+    MetadataOption,
+    PlacementConfOption,
+    PlacementKeysOption,
+    check_output_file,
+    confirm,
+)
 from bkctl.commands.output import (
     Column,
     OutputFormat,
@@ -98,6 +104,7 @@ def recover(
         ),
     ] = False,
     conf: PlacementConfOption = None,
+    placement: PlacementKeysOption = None,
     yes: Annotated[
         bool, typer.Option("--yes", "-y", help="Do not ask for confirmation on a terminal.")
     ] = False,
@@ -154,7 +161,10 @@ def recover(
             needs_yes="recover",
         )
     report = run_client(
-        metadata, lambda client: _run(client, options, force, delete_cookie, fmt, wait_s), conf=conf
+        metadata,
+        lambda client: _run(client, options, force, delete_cookie, fmt, wait_s),
+        conf=conf,
+        placement=placement,
     )
     _say_fallbacks(report)
     if report.target_overrides:
@@ -399,6 +409,7 @@ def ledger_check(
     full: Annotated[bool, typer.Option("--full", help="Read every entry (default: first and last).")] = False,
     password: AdminPasswordOption = None,
     conf: PlacementConfOption = None,
+    placement: PlacementKeysOption = None,
     metadata: MetadataOption = None,
     output: OutputOption = None,
 ) -> None:
@@ -416,7 +427,7 @@ def ledger_check(
         placed = await client.place(ledger_placement, client.placement, md)
         return [_check_row(s) for s in checked.states], [p.as_dict() for p in placed]
 
-    rows, misplaced = run_client(metadata, work, conf=conf)
+    rows, misplaced = run_client(metadata, work, conf=conf, placement=placement)
     if fmt is OutputFormat.json:
         write_json({"ledger_id": ledger_id, "fragments": rows, "placement": misplaced})
     else:
@@ -458,6 +469,7 @@ def ledger_recover(
     ] = False,
     password: AdminPasswordOption = None,
     conf: PlacementConfOption = None,
+    placement: PlacementKeysOption = None,
     metadata: MetadataOption = None,
     output: OutputOption = None,
 ) -> None:
@@ -477,7 +489,7 @@ def ledger_recover(
                 client, ledger_id, target=target, full=full, password=secret, force=force, progress=told
             )
 
-    report = run_client(metadata, work, conf=conf)
+    report = run_client(metadata, work, conf=conf, placement=placement)
     _say_fallbacks(report)
     _render(report.as_dict(), fmt)
     _raise_for(report, False)
@@ -495,6 +507,7 @@ def bookie_decommission(
         bool, typer.Option("--yes", "-y", help="Do not ask for confirmation on a terminal.")
     ] = False,
     conf: PlacementConfOption = None,
+    placement: PlacementKeysOption = None,
     metadata: MetadataOption = None,
     output: OutputOption = None,
 ) -> None:
@@ -503,7 +516,9 @@ def bookie_decommission(
     fmt = resolve(output)
     if not yes and sys.stdin.isatty():
         confirm(f"Decommission bookie {bookie}?", declined="nothing done", needs_yes="decommission")
-    report = run_client(metadata, lambda client: decommission(client, bookie, fmt), conf=conf)
+    report = run_client(
+        metadata, lambda client: decommission(client, bookie, fmt), conf=conf, placement=placement
+    )
     _say_fallbacks(report)
     _render(report.as_dict(), fmt)
     _raise_for(report, False)

@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from bkctl.commands.options import open_layout
+from bkctl.commands.options import open_layout, placement_keys
 from bkctl.commands.output import OutputClosed, message
 from bkctl.errors import BkctlError
 
@@ -75,7 +75,7 @@ def run_client(
     request_timeout_ms: int | None = None,
     protocol: str | None = None,
     conf: Path | None = None,
-    overrides: dict[str, str] | None = None,
+    placement: list[str] | None = None,
 ) -> T:
     """Open the cluster named by `metadata`, run `work(client)` on the reactor, close the client.
     `protocol`: the bookies' wire protocol, else $BKCTL_PROTOCOL (the root --protocol), else v2."""
@@ -86,7 +86,7 @@ def run_client(
     if request_timeout_ms is not None:
         options["request_timeout_ms"] = request_timeout_ms
     with open_layout(metadata) as layout:
-        policy = placement_policy(layout, conf, overrides)
+        policy = placement_policy(layout, conf, placement_keys(placement))
 
         async def main(reactor: Any) -> T:
             client = Client(

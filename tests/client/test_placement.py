@@ -132,3 +132,14 @@ def test_zones_count_the_first_part() -> None:
     choice = policy.new_ensemble(zones, 3, 3)
     assert choice.adheres and len({zones[b].split("/")[1] for b in choice.bookies}) == 3
     assert policy.violations(["10.0.2.0:3181", "10.0.2.3:3181"], 2)[0].domains == ("/zone0",)
+
+
+def test_placement_flags_override_keys() -> None:
+    from bkctl.commands.options import placement_keys
+
+    assert placement_keys(["minNumRacksPerWriteQuorum=3", " enforceDurability = true"]) == {
+        "minNumRacksPerWriteQuorum": "3",
+        "enforceDurability": "true",
+    }
+    with pytest.raises(UsageError, match="expected KEY=VALUE"):
+        placement_keys(["minNumRacksPerWriteQuorum"])

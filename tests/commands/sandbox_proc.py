@@ -35,8 +35,8 @@ class Sandbox:
         for stream, sink in ((self.proc.stdout, self.out), (self.proc.stderr, self.err)):
             threading.Thread(target=_drain, args=(stream, sink), daemon=True).start()
 
-    def wait_ready(self) -> dict[str, object]:
-        deadline = time.monotonic() + WAIT_S
+    def wait_ready(self, timeout_s: float = WAIT_S) -> dict[str, object]:
+        deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.out:
                 document: dict[str, object] = json.loads(self.out[0])
