@@ -55,6 +55,8 @@ class AuditOptions:
     verify_digests: bool = False
     sample: float = 1.0
     output_dir: Path | None = None
+    # directories whose cookie names another cluster, audited anyway (--force): said in the summary
+    foreign_dirs: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -115,6 +117,7 @@ def run_audit(spark: SparkSession, uri: str, bookies: Bookies, options: AuditOpt
         ]
         summary = _summary(totals, findings, len(bookies))
         summary["seconds"] = round(time.monotonic() - started, 2)
+        summary["foreign_dirs"] = options.foreign_dirs
         if options.output_dir is not None:
             _write_output(spark, options.output_dir, result, findings, summary)
     finally:
@@ -169,9 +172,26 @@ def _ledger_ids(uri: str, options: AuditOptions) -> tuple[list[int], dict[int, A
 
 def _findings(rows: list[Any], bookies: Bookies) -> list[dict[str, Any]]:
     keys = ("kind", "ledger_id", "bookie", "first_entry_id", "last_entry_id", "entries")
-    findings = [{k: r[k] for k in keys} for r in rows]
+    findings = merged([{k: r[k] for k in keys} for r in rows])
     _add_orphan_bytes(findings, bookies)
     return sorted(findings, key=_finding_order)
+
+
+def merged(findings: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per kind, ledger and bookie: from its first entry to its last, `entries` counting those
+    found (a striped ensemble leaves a dead bookie's share as runs of 1-2 entries: a thousand rows for
+    one bookie's leftovers of one ledger said nothing more than this one does)."""
+    rows: dict[tuple[str, int, str | None], dict[str, Any]] = {}
+    for finding in findings:
+        key = (finding["kind"], finding["ledger_id"], finding["bookie"])
+        row = rows.get(key)
+        if row is None:
+            rows[key] = dict(finding)
+            continue
+        row["first_entry_id"] = min(row["first_entry_id"], finding["first_entry_id"])
+        row["last_entry_id"] = max(row["last_entry_id"], finding["last_entry_id"])
+        row["entries"] += finding["entries"]
+    return list(rows.values())
 
 
 def _finding_order(f: dict[str, Any]) -> tuple[int, int, str, int]:
