@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +17,7 @@ from bkctl.commands.options import (
     MetadataOption,
     PlacementConfOption,
     PlacementKeysOption,
+    check_output_dir,
     metadata_choice,
     placement_keys,
 )
@@ -29,7 +32,7 @@ from bkctl.commands.output import (
     write_rows,
     write_title,
 )
-from bkctl.errors import ProblemsFound, UnavailableError, UsageError
+from bkctl.errors import ConflictError, ExitCode, ProblemsFound, UnavailableError, UsageError
 
 FIRST_PER_KIND = 10
 STAGE_POLL_S = 0.25  # local bound
@@ -87,14 +90,23 @@ def audit(
     remote: Annotated[str | None, typer.Option("--remote", help="Spark Connect URL, sc://host:port.")] = None,
     conf: PlacementConfOption = None,
     placement: PlacementKeysOption = None,
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Audit a --bookie-dir whose cookie names another cluster (said in the summary)."
+        ),
+    ] = False,
     metadata: MetadataOption = None,
     output: OutputOption = None,
 ) -> None:
     """Check every entry's replicas: what the metadata says each bookie holds against its files.
 
     Findings: missing, lost, extra, orphan, corrupt, divergent (docs/commands/audit.md). Exit 0 when
-    clean, 3 when anything was found or a file could not be read.
+    clean, 3 when anything was found or a file could not be read, 10 when a --bookie-dir belongs to
+    another cluster (its cookie's instance id; --force audits it anyway).
     """
+    from bkctl.pipeline import session
+
     fmt = resolve(output)
     uri = metadata_choice(metadata)
     ledger_range = _ledger_range(ledgers)
@@ -102,12 +114,17 @@ def audit(
         raise UsageError("--sample goes with --verify-digests")
     if bool(bookie_dir) == online:
         raise UsageError("give --bookie-dir (offline, from the files) or --online (asking the bookies)")
+    if remote is not None:
+        session.connect_address(remote)
+    else:
+        session.check_master(master)
+    if output_dir is not None and remote is None:  # a Spark Connect server writes it where it runs
+        check_output_dir(output_dir, "--output-dir")
     # Arguments first (exit 2 whether or not pyspark is there), then the pipeline, which imports pyspark.
     try:
-        from bkctl.pipeline.audit import AuditOptions, mark_underreplicated, run_audit
+        from bkctl.pipeline.audit import AuditOptions, mark_underreplicated
         from bkctl.pipeline.inventory import resolve_bookie_dirs
         from bkctl.pipeline.online import registered_bookies
-        from bkctl.pipeline.session import spark_session
     except ImportError as exc:
         if (exc.name or "").split(".")[0] in ("pyspark", "pyarrow") or "pyspark" in str(exc):
             raise UnavailableError(SPARK_MISSING) from None
@@ -127,15 +144,13 @@ def audit(
         bookies, problems = registered_bookies(uri)
     else:
         bookies = resolve_bookie_dirs(bookie_dir or [])
+        options.foreign_dirs = _foreign_dirs(uri, bookies, force)
+    if remote is not None:
+        session.probe_connect(remote, lambda text: message(f"bkctl: {text}"))
     try:
-        spark = spark_session(master, remote)  # Spark's own console bar off: ours shows its stages
-    except ImportError as exc:  # --remote without the Spark Connect client's packages (grpcio, pandas...)
-        raise UnavailableError(f"{CONNECT_MISSING} ({exc})") from None
-    try:
-        with _stages_shown(spark):
-            result = run_audit(spark, uri, bookies, options)
+        with _spark_errors(), _interrupt_at_once(remote is not None):
+            result = _audited(master, remote, uri, bookies, options)
     finally:
-        spark.stop()
         if rack_store is not None:
             rack_store.close()
     result.errors[:0] = problems
@@ -152,6 +167,73 @@ def audit(
             f"{len(result.findings)} finding(s), {len(result.errors)} unreadable file(s) or bookie(s), "
             f"{len(result.warnings)} undecodable ledger(s)"
         )
+
+
+def _audited(master: str | None, remote: str | None, uri: str, bookies: list[Any], options: Any) -> Any:
+    from bkctl.pipeline.audit import run_audit
+    from bkctl.pipeline.session import spark_session
+
+    try:
+        spark = spark_session(master, remote)  # Spark's own console bar off: ours shows its stages
+    except ImportError as exc:  # --remote without the Spark Connect client's packages (grpcio, pandas...)
+        raise UnavailableError(f"{CONNECT_MISSING} ({exc})") from None
+    try:
+        with _stages_shown(spark):
+            return run_audit(spark, uri, bookies, options)
+    finally:
+        spark.stop()
+
+
+def _foreign_dirs(uri: str, bookies: list[Any], force: bool) -> list[str]:
+    """Directories whose cookie names another cluster: ConflictError (exit 10) unless --force, then
+    said on stderr and in the summary (their copies would all be `extra` here)."""
+    from bkctl.commands.options import open_layout
+    from bkctl.pipeline.inventory import foreign_cookies
+
+    with open_layout(uri) as layout:  # no cluster there: exit 4 now, not after Spark started
+        instance_id = layout.instance_id()
+    foreign = foreign_cookies(bookies, instance_id)
+    if foreign and not force:
+        raise ConflictError(
+            f"--bookie-dir {'; '.join(foreign)}: another cluster's bookie (this cluster's instance id is "
+            f"{instance_id}); --force audits it anyway"
+        )
+    for directory in foreign:
+        message(f"bkctl: warning: --force: auditing {directory}, another cluster's bookie")
+    return foreign
+
+
+@contextlib.contextmanager
+def _spark_errors() -> Iterator[None]:
+    """An error of Spark or its JVM as one line (exit 6), never a Python or Java stack trace."""
+    from bkctl.pipeline.session import spark_error
+
+    try:
+        yield
+    except Exception as exc:
+        said = spark_error(exc)
+        if said is None:
+            raise
+        raise UnavailableError(f"Spark: {said}") from None
+
+
+@contextlib.contextmanager
+def _interrupt_at_once(connect: bool) -> Iterator[None]:
+    """Over a Spark Connect session, Ctrl-C ends the process at once (exit 130): a KeyboardInterrupt
+    between two of the client's calls leaves its exit hook waiting for ever on the server."""
+    if not connect:
+        yield
+        return
+
+    def on_sigint(_signum: int, _frame: object) -> None:
+        message("bkctl: interrupted")
+        os._exit(ExitCode.INTERRUPTED)
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @contextlib.contextmanager

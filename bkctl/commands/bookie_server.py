@@ -192,13 +192,17 @@ def _warn_unused_keys(config: BookieConfig) -> None:
 
 def _run(config: BookieConfig, uri: str, port_file: Path | None, autorecovery: dict[str, str] | None) -> None:
 
+    from functools import partial
+
     from twisted.internet import reactor as the_reactor
 
-    from bkctl.server.service import BookieService
+    from bkctl.commands.options import open_store_told
+    from bkctl.server.service import BookieService, retry_policy
 
     reactor: Any = the_reactor
-
-    service = BookieService(config, uri, reactor)
+    # Started while ZooKeeper is away, the bookie waits for it (its metadata deadline): said on stderr.
+    opener = partial(open_store_told, session_timeout_ms=config.zk_timeout_ms, retry=retry_policy(config))
+    service = BookieService(config, uri, reactor, store_opener=opener)
     failure: list[BaseException] = []
     daemon: list[Any] = []
     readers: list[Any] = []

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from bkctl.metadata.layout import Layout
+    from bkctl.metadata.retry import RetryPolicy
     from bkctl.metadata.store import MetadataLocation, MetadataStore
 
 MetadataOption = Annotated[
@@ -101,7 +102,7 @@ def open_layout(uri: str | None, *, initialized: bool = True, daemon: bool = Fal
         # kazoo warns on every failed connection attempt; a command reports one error line instead
         # (-v shows them).
         logging.getLogger("kazoo").setLevel(logging.CRITICAL)
-    with _open_store_told(location, daemon) as store:
+    with open_store_told(location, daemon=daemon) as store:
         layout = Layout(store, location.root)
         if initialized:
             try:
@@ -111,21 +112,25 @@ def open_layout(uri: str | None, *, initialized: bool = True, daemon: bool = Fal
         yield layout
 
 
-def _open_store_told(location: MetadataLocation, daemon: bool) -> MetadataStore:
+def open_store_told(
+    where: str | MetadataLocation, *, daemon: bool = True, retry: RetryPolicy | None = None, **options: Any
+) -> MetadataStore:
     """The store; a daemon's wait for a ZooKeeper that is away (up to the metadata deadline, 120 s by
     default) is said on stderr once the usual connect timeout has passed, so it does not look hung."""
     from bkctl.errors import UnavailableError
     from bkctl.metadata.retry import RetryPolicy
+    from bkctl.metadata.store import parse_metadata_uri
     from bkctl.metadata.stores import open_store
 
+    location = parse_metadata_uri(where) if isinstance(where, str) else where
     if not daemon or location.backend == "sqlite":
-        return open_store(location)
+        return open_store(location, retry=retry, **options)
     try:
-        return open_store(location)
+        return open_store(location, retry=retry, **options)
     except UnavailableError:
-        deadline_s = RetryPolicy.from_env().deadline_ms / 1000
+        deadline_s = (retry or RetryPolicy.from_env()).deadline_ms / 1000
         message(f"bkctl: waiting for ZooKeeper at {location.hosts} (up to {deadline_s:g} s)")
-        return open_store(location, wait_for_server=True)
+        return open_store(location, retry=retry, wait_for_server=True, **options)
 
 
 def confirm(question: str, *, declined: str, needs_yes: str) -> None:

@@ -117,8 +117,10 @@ def sandbox(
         root.mkdir(parents=True, exist_ok=True)
         _init_cluster(uri)
         sandbox.run()
-    except Exception:
-        if not sandbox.announced:  # a start that failed leaves nothing it created
+    except Exception as exc:
+        # A start that failed leaves nothing it created, unless its error points at a file there (a
+        # bookie's log, to read why it did not serve).
+        if not sandbox.announced and str(root) not in str(exc):
             leftovers.remove()
         raise
 

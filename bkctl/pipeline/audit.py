@@ -60,6 +60,8 @@ class AuditOptions:
     sample: float = 1.0
     output_dir: Path | None = None
     placement: Placement | None = None  # judge placement too (`--conf` with an aware policy)
+    # directories whose cookie names another cluster, audited anyway (--force): said in the summary
+    foreign_dirs: list[str] = field(default_factory=list)
 
 
 class Finding(TypedDict):
@@ -94,6 +96,7 @@ class AuditSummary(TypedDict):
     seconds: NotRequired[float]  # set when the audit ends
     placement: NotRequired[int]  # entries whose write set breaks the placement policy (an aware policy)
     placement_ledgers: NotRequired[int]
+    foreign_dirs: NotRequired[list[str]]  # --force: directories of another cluster audited anyway
 
 
 @dataclass
@@ -160,6 +163,7 @@ def run_audit(spark: SparkSession, uri: str, bookies: Bookies, options: AuditOpt
             summary["placement"] = sum(f["entries"] for f in misplaced)
             summary["placement_ledgers"] = len({f["ledger_id"] for f in misplaced})
         summary["seconds"] = round(time.monotonic() - started, 2)
+        summary["foreign_dirs"] = options.foreign_dirs
         if options.output_dir is not None:  # the replica findings' tables (placement is in the JSON)
             _write_output(spark, options.output_dir, result, findings, summary)
         findings += misplaced
@@ -214,17 +218,19 @@ def _ledger_ids(uri: str, options: AuditOptions) -> tuple[list[int], dict[int, A
 
 
 def _findings(rows: list[Any], bookies: Bookies) -> list[Finding]:
-    findings = [
-        Finding(
-            kind=r["kind"],
-            ledger_id=r["ledger_id"],
-            bookie=r["bookie"],
-            first_entry_id=r["first_entry_id"],
-            last_entry_id=r["last_entry_id"],
-            entries=r["entries"],
-        )
-        for r in rows
-    ]
+    findings = merged(
+        [
+            Finding(
+                kind=r["kind"],
+                ledger_id=r["ledger_id"],
+                bookie=r["bookie"],
+                first_entry_id=r["first_entry_id"],
+                last_entry_id=r["last_entry_id"],
+                entries=r["entries"],
+            )
+            for r in rows
+        ]
+    )
     _add_orphan_bytes(findings, bookies)
     return sorted(findings, key=_finding_order)
 
@@ -273,6 +279,23 @@ def _entries_of(violation: Any, size: int, quorum: int, first: int, last: int) -
     low = first + (violation.first - first) % size
     high = last - (last - violation.first) % size
     return low, high, 0 if high < low else (high - low) // size + 1
+
+
+def merged(findings: list[Finding]) -> list[Finding]:
+    """One row per kind, ledger and bookie: from its first entry to its last, `entries` counting those
+    found (a striped ensemble leaves a dead bookie's share as runs of 1-2 entries: a thousand rows for
+    one bookie's leftovers of one ledger said nothing more than this one does)."""
+    rows: dict[tuple[str, int, str | None], Finding] = {}
+    for finding in findings:
+        key = (finding["kind"], finding["ledger_id"], finding["bookie"])
+        row = rows.get(key)
+        if row is None:
+            rows[key] = Finding(**finding)
+            continue
+        row["first_entry_id"] = min(row["first_entry_id"], finding["first_entry_id"])
+        row["last_entry_id"] = max(row["last_entry_id"], finding["last_entry_id"])
+        row["entries"] += finding["entries"]
+    return list(rows.values())
 
 
 def _finding_order(f: Finding) -> tuple[int, int, str, int]:

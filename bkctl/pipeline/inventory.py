@@ -129,6 +129,20 @@ def _cookie_bookie(current: Path) -> str:
     return stored.cookie.bookie_id
 
 
+def foreign_cookies(bookies: Iterable[BookieDirs], instance_id: str | None) -> list[str]:
+    """The directories whose cookie names another cluster's instance id than `instance_id`, each as
+    `DIR (instance id X)`: another cluster's bookie, whose every copy would be an `extra` here."""
+    if instance_id is None:
+        return []
+    found = []
+    for bookie in bookies:
+        for current in [*bookie.journal_dirs, *bookie.ledger_dirs]:
+            cookie = read_local_cookie(current.parent).cookie
+            if cookie is not None and cookie.instance_id not in (None, instance_id):
+                found.append(f"{current.parent} (instance id {cookie.instance_id})")
+    return found
+
+
 def _is_journal_dir(current: Path) -> bool:
     return any(jf.parse_journal_file_name(p.name) is not None for p in current.iterdir())
 

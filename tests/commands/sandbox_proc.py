@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tests.conftest import REPO
 
-WAIT_S = 30.0
+WAIT_S = 90.0  # a loaded 2-core CI machine took 30 s to start a 5-bookie sandbox
 COMMAND_S = 60.0
 
 

@@ -19,18 +19,18 @@ from typing import Any
 import pyspark
 import pytest
 
-from bkctl.commands.audit import FIRST_PER_KIND, SPARK_MISSING
+from bkctl.commands.audit import SPARK_MISSING
 from bkctl.files.index import ledger_index_path
 from bkctl.metadata.layout import Layout
 from bkctl.metadata.sqlite import SqliteStore
-from tests.client.test_java_data import prepare
+from tests.client.test_java_data import JAVA_INSTANCE_ID, prepare
 from tests.conftest import REPO
 
 pytestmark = pytest.mark.spark
 SUMMARY_KEYS = {
     "ledgers", "bookies", "entries_expected", "replicas_expected", "replicas_found", "missing", "lost",
     "extra", "orphan_ledgers", "orphan_bytes", "corrupt", "divergent", "unknown", "digests_checked",
-    "seconds",
+    "seconds", "foreign_dirs",
 }  # fmt: skip
 B1, B2, B3 = "127.0.0.1:33181", "127.0.0.1:33182", "127.0.0.1:33183"
 TOTALS = ["replicas_expected", "replicas_found"]
@@ -105,8 +105,8 @@ def test_findings_exit_3_with_the_json_contract_marks_and_parquet(tmp_path: Path
         "ledgers": "1", "entries_expected": "200", "missing": "134"
     }  # fmt: skip
     rows = [line.split() for line in run.stdout.splitlines() if line.startswith("missing ")]
-    # b1 held entries e % 3 in (0, 1) of ledger 3: 67 runs of 1-2 entries, the first 10 shown.
-    assert len(rows) == FIRST_PER_KIND and rows[0][:5] == ["missing", "3", B1, "0", "1"], run.stdout
+    # b1 held entries e % 3 in (0, 1) of ledger 3: 67 runs of 1-2 entries, one row from 0 to 199.
+    assert rows == [["missing", "3", B1, "0", "199", "134"]], run.stdout
 
 
 def test_bad_input_is_refused_before_spark_starts(tmp_path: Path) -> None:
@@ -118,10 +118,14 @@ def test_bad_input_is_refused_before_spark_starts(tmp_path: Path) -> None:
     )  # fmt: skip
     assert run.returncode == 2 and "no cookie" in run.stderr and "ID=DIR" in run.stderr, run.stderr
     given = ["--bookie-dir", f"b1={tmp_path / 'nocookie'}"]
+    (tmp_path / "a-file").write_text("")
     for args, says in (
         ([*given, "--ledgers", "9-3"], "--ledgers"),
         ([*given, "--sample", "0.5"], "--sample goes with --verify-digests"),
         (["--bookie-dir", str(tmp_path / "absent")], "no such directory"),
+        ([*given, "--master", "bogus://x"], "--master 'bogus://x' is not a Spark master URL"),
+        ([*given, "--remote", "http://x"], "--remote 'http://x' is not a Spark Connect URL"),
+        ([*given, "--output-dir", str(tmp_path / "a-file")], "is a file, not a directory"),
     ):
         run = subprocess.run(
             [sys.executable, "-m", "bkctl", "audit", *args],
@@ -205,3 +209,67 @@ def test_over_spark_connect(tmp_path: Path) -> None:
     summary = document["summary"]
     assert (summary["missing"], summary["ledgers"], summary["entries_expected"]) == (134, 4, 1350)
     assert summary["digests_checked"] == summary["replicas_found"] == 2700 - 134
+
+
+def test_another_clusters_bookie_is_refused_unless_forced(tmp_path: Path) -> None:
+    """A bookie directory whose cookie names another instance id: exit 10 before Spark starts; --force
+    audits it, says so, and every copy of that cluster's ledgers comes out as one row per ledger."""
+    prepare(tmp_path)
+    other = tmp_path / "other.db"
+    with SqliteStore(other) as store:
+        Layout(store).init_cluster()
+    audit = [sys.executable, "-m", "bkctl", "audit", "--metadata", f"sqlite://{other}",
+             "--bookie-dir", str(tmp_path / "b1"), "-o", "json"]  # fmt: skip
+    run = subprocess.run(audit, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 10 and run.stdout == "", run.stderr
+    assert run.stderr.count("\n") == 1 and "another cluster's bookie" in run.stderr
+    env = {**os.environ, "BKCTL_SPARK_MASTER": "local[2]"}
+    run = subprocess.run([*audit, "--force"], cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    assert run.returncode == 3, run.stderr
+    document = json.loads(run.stdout)
+    assert (
+        document["summary"]["foreign_dirs"]
+        == [f"{tmp_path / 'b1' / name} (instance id {JAVA_INSTANCE_ID})" for name in ("journal", "ledgers")]
+        and "--force: auditing" in run.stderr
+    )
+    rows = [(f["kind"], f["ledger_id"], f["bookie"]) for f in document["findings"]]
+    assert rows and len(rows) == len(set(rows)) and {kind for kind, _, _ in rows} == {"orphan"}
+
+
+@contextmanager
+def silent_server() -> Iterator[str]:
+    """Accepts connections and never answers: a Spark Connect URL that hangs its client."""
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        yield f"sc://127.0.0.1:{server.getsockname()[1]}"
+
+
+def test_a_spark_connect_server_that_never_answers(tmp_path: Path) -> None:
+    """Refused: exit 6 at once; silent: the wait is said, then exit 6 within its bound; Ctrl-C during
+    it: exit 130. One line each, before any Spark session."""
+    (tmp_path / "b1" / "current").mkdir(parents=True)
+    with SqliteStore(tmp_path / "m.db") as store:
+        Layout(store).init_cluster()
+    audit = [sys.executable, "-m", "bkctl", "audit", "--metadata", f"sqlite://{tmp_path / 'm.db'}",
+             "--bookie-dir", f"b1={tmp_path / 'b1'}", "--remote"]  # fmt: skip
+    refused = subprocess.run(
+        [*audit, "sc://127.0.0.1:1"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert refused.returncode == 6 and refused.stderr.count("\n") == 1, refused.stderr
+    assert "no Spark Connect server at sc://127.0.0.1:1" in refused.stderr
+    with silent_server() as url:
+        silent = subprocess.run([*audit, url], cwd=REPO, capture_output=True, text=True, timeout=120)
+        assert silent.returncode == 6, silent.stderr
+        assert silent.stderr.splitlines() == [
+            f"bkctl: waiting for the Spark Connect server at {url} (up to 10 s)",
+            f"bkctl: error: the Spark Connect server at {url} did not answer within 10 s",
+        ]
+        stopped = subprocess.Popen([*audit, url], cwd=REPO, stderr=subprocess.PIPE, text=True)
+        try:
+            assert "waiting for the Spark Connect server" in stopped.stderr.readline()  # type: ignore[union-attr]
+            stopped.send_signal(signal.SIGINT)
+            assert stopped.wait(60) == 130
+        finally:
+            stopped.kill()
+            stopped.wait(60)

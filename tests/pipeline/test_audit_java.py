@@ -147,7 +147,7 @@ def test_metadata_only_deletion_is_an_orphan_and_ensemble_changes_leave_extras(
     b1_share = [e for e in range(60, 100) if e % 3 in (0, 1)]
     assert found[("extra", 2, B1)] == len(b1_share) == 27
     extras = {(f["first_entry_id"], f["last_entry_id"]) for f in result.findings if f["ledger_id"] == 2}
-    assert extras == {(60, 61), *((e, e + 1) for e in range(63, 99, 3)), (99, 99)}
+    assert extras == {(60, 99)}  # runs of 1-2 entries, one row: 27 entries from 60 to 99
     assert {k[0] for k in found} == {"orphan", "extra"} and len([k for k in found if k[1] == 2]) == 1
     assert result.summary["unknown"] == 27  # the new bookie's replicas: not audited, never missing
     assert result.summary["orphan_ledgers"] == 1 and result.summary["orphan_bytes"] > 2 * 1000 * 40
