@@ -70,8 +70,8 @@ def parallelism(spark: Any) -> int:
 MASTER_FORMS = re.compile(
     r"^(local(\[(\*|\d+)(,\d+)?\])?|local-cluster\[\d+,\d+,\d+\]|spark://[^/\s]+|yarn|k8s://\S+|mesos://\S+)$"
 )
-CONNECT_PROBE_S = 10.0  # a Spark Connect server answers a connection's first bytes at once
-CONNECT_TOLD_S = 2.0  # past this, the wait is said on stderr
+CONNECT_PROBE_S = 10.0  # local bound: a Spark Connect server answers a connection's first bytes at once
+CONNECT_TOLD_S = 2.0  # local bound: past this, the wait is said on stderr
 # An HTTP/2 client preface and an empty SETTINGS frame: a gRPC server answers with its own SETTINGS.
 HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 
