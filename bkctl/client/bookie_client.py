@@ -309,6 +309,16 @@ class BookieClient:
         payload = wire_v3.encode_entries_of_ledger_request(self._txn_id, ledger_id)
         self._send([((_V3, self._txn_id, 0), wire.frame(payload), cb)], _call)
 
+    def bookie_info(self, cb: Callback) -> None:
+        """GET_BOOKIE_INFO (v3 only); `cb(rc, wire_v3.BOOKIE_INFO_BODY bytes: total, free disk space)`."""
+        if not self._v3:
+            raise UsageError("a bookie's disk space is a v3 request: ask a v3 client")
+        self._txn_id += 1
+        self._send(
+            [((_V3, self._txn_id, 0), wire.frame(wire_v3.encode_bookie_info_request(self._txn_id)), cb)],
+            _call,
+        )
+
     def _v3_item(self, request: wire.Request, argument: Any) -> Item:
         """The v3 form of a v2 add or read request: a new txn id, its key, its frame."""
         self._txn_id += 1
@@ -451,7 +461,11 @@ class BookieClient:
                     break
                 position = start + size
                 response = wire_v3.decode_v3_response(bytes(buffer[start:position]))
-                body = response.operation.body if response.operation is not None else None
+                op = response.operation
+                if op is not None and op.kind == "getBookieInfoResponse":
+                    body: bytes | None = wire_v3.bookie_info_body(op)
+                else:
+                    body = op.body if op is not None else None
                 self._answer((_V3, response.header.txn_id, 0), _rc_of(response.status), body or b"")
         except ProtocolError as exc:
             log.warning("bookie %s: bad v3 reply stream, dropping the connection: %s", self.bookie_id, exc)

@@ -318,6 +318,38 @@ class AdminClient:
         row = await sanity_one(self._opened(), self._bookie_id, 10)
         return bool(row["ok"])
 
+    def bookie_infos(self) -> Any:
+        """Java's `BookKeeper.getBookieInfo()`: {bookie id: (free, total disk bytes)} of each registered
+        read-write bookie that answers GET_BOOKIE_INFO (one that fails or times out is left out, as
+        Java's BookieInfoReader leaves it out)."""
+        from twisted.internet.defer import ensureDeferred
+
+        return ensureDeferred(self._bookie_infos())
+
+    async def _bookie_infos(self) -> dict[str, tuple[int, int]]:
+        from twisted.internet import threads
+        from twisted.internet.defer import Deferred, DeferredList
+
+        from bkctl.protocol import wire_v3
+
+        bookies = sorted(await threads.deferToThread(self._layout.bookies))
+        pool = self._opened().bookies
+        asked: list[Deferred[tuple[int, int] | None]] = []
+        for bookie in bookies:
+            answered: Deferred[tuple[int, int] | None] = Deferred()
+
+            def told(rc: int, body: bytes, answered: Deferred[tuple[int, int] | None] = answered) -> None:
+                if rc != 0 or len(body) != wire_v3.BOOKIE_INFO_BODY.size:
+                    answered.callback(None)
+                    return
+                total, free = wire_v3.BOOKIE_INFO_BODY.unpack(body)
+                answered.callback((free, total))
+
+            pool.v3(bookie).bookie_info(told)
+            asked.append(answered)
+        results = await DeferredList(asked, consumeErrors=True)
+        return {b: info for b, (ok, info) in zip(bookies, results, strict=True) if ok and info is not None}
+
     def _opened(self) -> Any:
         from bkctl.client.client import Client
         from bkctl.tls import client_settings
@@ -348,6 +380,7 @@ class AdminClient:
 def attach_entry_reader(service: Any, reactor: Any, config: BookieConfig) -> AdminClient:
     reader = AdminClient(service.layout, service.bookie_id, reactor, dict(config.properties))
     service.entry_reader, service.sanity_check = reader, reader.sanity
+    service.bookie_infos = reader.bookie_infos
     return reader
 
 

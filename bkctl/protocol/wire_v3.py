@@ -489,6 +489,22 @@ def encode_entries_of_ledger_request(txn_id: int, ledger_id: int) -> bytes:
     return encode_request(OperationType.GET_LIST_OF_ENTRIES_OF_LEDGER, txn_id, op)
 
 
+def encode_bookie_info_request(txn_id: int) -> bytes:
+    """A GET_BOOKIE_INFO request asking for both disk figures, as Java's BookieInfoReader does."""
+    requested = BOOKIE_INFO_TOTAL_DISK_CAPACITY | BOOKIE_INFO_FREE_DISK_SPACE
+    return encode_request(
+        OperationType.GET_BOOKIE_INFO, txn_id, Operation("getBookieInfoRequest", requested=requested)
+    )
+
+
+# A GET_BOOKIE_INFO answer as the body a client's callback gets (its response has no body field).
+BOOKIE_INFO_BODY: Final = struct.Struct(">qq")  # total disk capacity, free disk space
+
+
+def bookie_info_body(op: Operation) -> bytes:
+    return BOOKIE_INFO_BODY.pack(op.total_disk_capacity or 0, op.free_disk_space or 0)
+
+
 def encode_entries_of_ledger_response(txn_id: int, status: int, ledger_id: int, availability: bytes) -> bytes:
     """Its response: the status twice (frame and operation, as Java sets both) and, when EOK, the
     AvailabilityOfEntriesOfLedger bytes (protocol/entry_availability.py)."""

@@ -8,8 +8,11 @@ them. What reads the metadata store runs in a pool thread. See docs/bookie.md, "
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 from collections.abc import Callable
+from decimal import ROUND_DOWN, Decimal
 from typing import Any, Protocol
 
 from twisted.internet import threads
@@ -25,10 +28,11 @@ from bkctl.admin.http_endpoint import (
     param,
     text,
 )
-from bkctl.errors import BkctlError, NotFoundError
+from bkctl.errors import BkctlError, ConflictError, NotFoundError, UsageError
 from bkctl.metadata.layout import Layout
 from bkctl.model import LedgerMetadata, LedgerState
-from bkctl.server.config import BookieConfig
+from bkctl.server import cookies
+from bkctl.server.config import KEYS, BookieConfig
 from bkctl.server.gc import GarbageCollector
 from bkctl.server.storage import Storage
 
@@ -36,6 +40,7 @@ log = logging.getLogger("bkctl.http")
 
 NOT_SERVING = "the bookie is not serving yet"
 EntryReader = Callable[[int, int, int], Deferred[list[tuple[int, bytes]]]]
+BookieInfos = Callable[[], Deferred[dict[str, tuple[int, int]]]]  # {bookie: (free, total disk bytes)}
 
 
 class AdminView(Protocol):
@@ -59,6 +64,7 @@ class AdminView(Protocol):
     # set by whoever runs the bookie (commands/bookie_server.py): server/ never imports client/.
     entry_reader: EntryReader | None
     sanity_check: Callable[[], Deferred[bool]] | None
+    bookie_infos: BookieInfos | None  # GET_BOOKIE_INFO of every read-write bookie, through the same client
 
 
 class BookieEndpoint(Endpoint):
@@ -248,9 +254,23 @@ class LastLogMark(BookieEndpoint):
         return json_answer(request, marks)
 
 
+# bk_server.conf keys that PUT server_config changes in the running bookie: the GC reads them at each
+# run (server/gc.py `settings`) -> (BookieConfig field, GcSettings field). Every other key is read once,
+# at start, by what it configures: changing it in the running conf would only pretend.
+DYNAMIC_KEYS: dict[str, tuple[str, str]] = {
+    "minorCompactionThreshold": ("minor_compaction_threshold", "minor_threshold"),
+    "minorCompactionInterval": ("minor_compaction_interval_s", "minor_interval_s"),
+    "majorCompactionThreshold": ("major_compaction_threshold", "major_threshold"),
+    "majorCompactionInterval": ("major_compaction_interval_s", "major_interval_s"),
+    "compactionRateByEntries": ("compaction_rate_by_entries", "rate_entries"),
+    "compactionRateByBytes": ("compaction_rate_by_bytes", "rate_bytes"),
+}
+
+
 class ServerConfig(BookieEndpoint):
-    """GET: the configuration as Java's `conf.asJson()` (key -> value as text). PUT: Java sets any key;
-    bkctl reads its keys once at start, so it refuses every key with 400 rather than pretend."""
+    """GET: the configuration as Java's `conf.asJson()` (key -> value as text). PUT `{"key": value}`:
+    Java sets any key; bkctl sets the keys of DYNAMIC_KEYS (the GC's next run uses them) and refuses
+    any other with 400 naming it, changing nothing of a body that names one."""
 
     wrong_method = "Request body not found. should contains k-v pairs"
     admin_methods = frozenset({"PUT"})
@@ -265,8 +285,121 @@ class ServerConfig(BookieEndpoint):
             return text(request, f"bad request body: {exc}", 400)
         if not isinstance(body, dict):
             return text(request, "Request body not found. should contains k-v pairs", 404)
-        names = ", ".join(sorted(map(str, body))) or "(none)"
-        return text(request, f"keys not changeable while the bookie runs: {names}; set them and restart", 400)
+        fixed = sorted(str(key) for key in body if key not in DYNAMIC_KEYS)
+        if fixed:
+            changeable = ", ".join(DYNAMIC_KEYS)
+            refused = f"keys not changeable while the bookie runs: {', '.join(fixed)}; set them and restart"
+            return text(request, f"{refused} (changeable at run time: {changeable})", 400)
+        try:
+            given = {key: _conf_text(value) for key, value in body.items()}
+            parsed = {field: value for key, v in given.items() for field, value in KEYS[key](key, v).items()}
+        except UsageError as exc:
+            return text(request, str(exc), 400)
+        self._apply(given, parsed)
+        return text(request, "Success set server config.", 200)
+
+    def _apply(self, given: dict[str, str], parsed: dict[str, Any]) -> None:
+        bookie = self.bookie
+        properties = {**dict(bookie.config.properties), **given}
+        bookie.config = dataclasses.replace(bookie.config, **parsed, properties=tuple(properties.items()))
+        gc = bookie.gc
+        if gc is not None:
+            changes = {DYNAMIC_KEYS[key][1]: parsed[DYNAMIC_KEYS[key][0]] for key in given}
+            gc.settings = dataclasses.replace(gc.settings, **changes)
+        log.warning("admin http: server config set: %s", ", ".join(f"{k}={v}" for k, v in given.items()))
+
+
+def _conf_text(value: object) -> str:
+    """A JSON value as the conf file's text (Java's setProperty takes the object; its getters parse it)."""
+    if isinstance(value, bool) or not isinstance(value, str | int | float):
+        raise UsageError(f"config value {json.dumps(value)}: expected a number or a string")
+    return str(value)
+
+
+class ExpandStorage(BookieEndpoint):
+    """PUT (Java's ExpandStorageService): Java adds the conf's new ledger/index directories to the cookies
+    at run time. bkctl's bookie uses the directories it started with: it checks them against the cookies
+    (local and in the metadata store) and answers Java's "Success expand storage" when they agree (nothing
+    new to add); new directories are added at start (edit the conf, `bkctl bookie cookie update`, restart).
+    A body naming directory keys (bkctl) that differ from the running ones is refused with Java's 500."""
+
+    wrong_method = "Not found method. Should be PUT method"
+    admin_methods = frozenset({"PUT"})
+    DIR_KEYS = {
+        "journalDirectories": "journal_dirs",
+        "ledgerDirectories": "ledger_dirs",
+        "indexDirectories": "index_dirs",
+    }
+
+    def on_PUT(self, request: Any) -> Any:
+        try:
+            body = json_body(request)
+        except ValueError as exc:
+            return text(request, f"bad request body: {exc}", 400)
+        config, bookie_id = self.bookie.config, self.bookie.bookie_id
+        wanted = body if isinstance(body, dict) else {}
+        new = []
+        for key, field in self.DIR_KEYS.items():
+            if key in wanted:
+                running = getattr(config, field) or config.effective_index_dirs
+                listed = [p.strip() for p in str(wanted[key]).split(",") if p.strip()]
+                new += [p for p in listed if p not in {str(d) for d in running}]
+        if new:
+            refused = (
+                f"Exception while updating cookie for storage expansion: bkctl adds directories only at "
+                f"start, not while the bookie runs: {', '.join(new)}; add them to the conf, run `bkctl "
+                "bookie cookie update` and restart the bookie"
+            )
+            return text(request, refused, 500)
+
+        def checked(layout: Layout) -> Reply:
+            try:
+                cookies.check_cookies(config, layout, bookie_id)
+            except (ConflictError, NotFoundError) as exc:
+                log.error("expand_storage: %s", exc)
+                return Reply(f"Exception while updating cookie for storage expansion: {exc}", 500, False)
+            return Reply("Success expand storage", 200, is_json=False)
+
+        return self.in_thread(request, checked)
+
+
+class ListBookieInfo(BookieEndpoint):
+    """Java's `{"<bookie>": ": {Free: N(h), Total: N(h)},", ..., "ClusterInfo: ": "{Free: N(h), Total:
+    N(h)}"}` (h: Java's readable size, e.g. `(1.5GB)`) of each registered read-write bookie answering
+    GET_BOOKIE_INFO; 404 "Not found any Bookie info." when none answers."""
+
+    wrong_method = "Not found method. Should be GET method"
+
+    def on_GET(self, request: Any) -> Any:
+        ask = self.bookie.bookie_infos
+        if ask is None:
+            return text(request, NOT_SERVING, 503)
+        return answer_when_done(request, ask().addCallback(bookie_info_answer))
+
+
+def bookie_info_answer(infos: dict[str, tuple[int, int]]) -> object:
+    if not infos:
+        return Reply("Not found any Bookie info.", 404, is_json=False)
+    output = {
+        bookie: f": {{Free: {free}{readable(free)}, Total: {total}{readable(total)}}},"
+        for bookie, (free, total) in infos.items()
+    }
+    free, total = sum(f for f, _ in infos.values()), sum(t for _, t in infos.values())
+    output["ClusterInfo: "] = f"{{Free: {free}{readable(free)}, Total: {total}{readable(total)}}}"
+    return output
+
+
+def readable(value: int) -> str:
+    """Java's ListBookieInfoService.getReadable: `(1.234GB)` in powers of 1000, 3 decimals rounded
+    down, trailing zeros dropped; "" below 1000."""
+    units = ("", "KB", "MB", "GB", "TB")
+    count, scaled = 0, Decimal(value)
+    while scaled >= 1000 and count < len(units) - 1:
+        scaled, count = scaled / 1000, count + 1
+    if count == 0:
+        return ""
+    shown = format(scaled.quantize(Decimal("0.001"), rounding=ROUND_DOWN), "f").rstrip("0").rstrip(".")
+    return f"({shown}{units[count]})"
 
 
 # --- cluster views from the metadata store ---------------------------------------------------------------

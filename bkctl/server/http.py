@@ -233,6 +233,8 @@ def admin_resource(bookie: BookieView) -> Any:
         b"is_ready": ab.IsReady(bookie),
         b"sanity": ab.Sanity(bookie),
         b"cluster_info": ab.ClusterInfo(bookie),
+        b"list_bookie_info": ab.ListBookieInfo(bookie),
+        b"expand_storage": ab.ExpandStorage(bookie),
     }
     for name, child in children.items():
         put(node, name, child)

@@ -154,6 +154,7 @@ class BookieService:
         # admin HTTP ledger/read and sanity (server/admin_bookie.py): set by whoever runs the bookie
         self.entry_reader: Any = None
         self.sanity_check: Any = None
+        self.bookie_infos: Any = None  # list_bookie_info: {bookie: (free, total)} of the writable bookies
         self.state = "starting"
         self.replay: ReplayReport | None = None
         self.replay_progress: ReplayProgress | None = None  # told the journal bytes replayed on start

@@ -13,10 +13,12 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from bkctl.admin.http_endpoint import Reply
 from bkctl.metadata.layout import Layout
 from bkctl.metadata.sqlite import SqliteStore
 from bkctl.model import LedgerMetadata, Segment
 from bkctl.protocol import wire
+from bkctl.server.admin_bookie import NOT_SERVING, bookie_info_answer, readable
 from bkctl.server.bookie_status import STATUS_NAME, decode_status
 from bkctl.server.service import BookieService
 from tests.server_net.live import in_thread, metadata_uri, registrations_of, start_bookie, twisted_test
@@ -229,6 +231,7 @@ async def test_destructive_endpoints_need_the_admin_key(tmp_path: Path) -> None:
                 ("PUT", "/api/v1/bookie/state/readonly"),
                 ("DELETE", "/api/v1/ledger/delete?ledger_id=1"),
                 ("PUT", "/api/v1/config/server_config"),
+                ("PUT", "/api/v1/bookie/expand_storage"),
                 ("PUT", "/api/v1/autorecovery/status?enabled=false"),
                 ("PUT", "/api/v1/autorecovery/lost_bookie_recovery_delay"),
             ):
@@ -469,3 +472,88 @@ async def test_decommission_and_recover_bookie(tmp_path: Path) -> None:
         await client.close()  # opened by the decommission
         for service in (first, *others):
             await service.stop()
+
+
+@twisted_test
+async def test_list_bookie_info_expand_storage_and_server_config(tmp_path: Path) -> None:
+    import re
+
+    from twisted.internet import reactor
+
+    from bkctl.commands.bookie_server import attach_entry_reader
+
+    uri, service, port = await http_bookie(tmp_path, **ADMIN)
+    other = await start_bookie(tmp_path, name="b2", uri=uri)
+    assert service.gc is not None
+    # Before `bookie start` attaches its client the bookie cannot ask the others.
+    assert await in_thread(call, port, "GET", "/api/v1/bookie/list_bookie_info") == (503, NOT_SERVING)
+    client = attach_entry_reader(service, reactor, service.config)
+    try:
+
+        def scenario() -> None:
+            # Java's strings: each read-write bookie's free/total disk bytes, then the cluster's sums.
+            code, listed = call_json(port, "GET", "/api/v1/bookie/list_bookie_info")
+            assert code == 200 and list(listed) == [
+                *sorted([service.bookie_id, other.bookie_id]),
+                "ClusterInfo: ",
+            ]
+            size = r"(\d+)(\(\d+(\.\d+)?[KMGT]B\))?"
+            frees = []
+            for bookie in (service.bookie_id, other.bookie_id):
+                shown = re.fullmatch(f": {{Free: {size}, Total: {size}}},", listed[bookie])
+                assert shown is not None, listed[bookie]
+                assert 0 < int(shown.group(1)) <= int(shown.group(4))
+                frees.append(int(shown.group(1)))
+            cluster = re.fullmatch(f"{{Free: {size}, Total: {size}}}", listed["ClusterInfo: "])
+            assert cluster is not None and int(cluster.group(1)) == sum(frees)
+            assert call(port, "PUT", "/api/v1/bookie/list_bookie_info")[0] == 404
+            # expand_storage: the running directories agree with the cookies, nothing new to add.
+            expand = "/api/v1/bookie/expand_storage"
+            assert call(port, "PUT", expand) == (200, "Success expand storage")
+            running = ",".join(str(d) for d in service.config.ledger_dirs)
+            assert call(port, "PUT", expand, {"ledgerDirectories": running}) == (
+                200,
+                "Success expand storage",
+            )
+            code, said = call(port, "PUT", expand, {"ledgerDirectories": f"{running},/tmp/bk-new-disk"})
+            assert code == 500 and "/tmp/bk-new-disk" in said and "restart" in said
+            assert call(port, "GET", expand)[0] == 404
+            # server_config PUT: the GC's keys take effect at its next run; any other key is refused whole.
+            conf = "/api/v1/config/server_config"
+            assert call(
+                port, "PUT", conf, {"majorCompactionThreshold": 0.5, "compactionRateByEntries": "500"}
+            ) == (
+                200,
+                "Success set server config.",
+            )
+            assert call_json(port, "GET", conf)[1]["majorCompactionThreshold"] == "0.5"
+            code, said = call(
+                port, "PUT", conf, {"minorCompactionThreshold": 0.1, "journalDirectories": "/x"}
+            )
+            assert code == 400 and "journalDirectories" in said
+            assert call(port, "PUT", conf, {"majorCompactionThreshold": 5})[0] == 400  # out of range
+            assert call(port, "PUT", conf, {"majorCompactionThreshold": [1]})[0] == 400
+            assert call(port, "PUT", conf, raw=b"{")[0] == 400
+            assert call(port, "PUT", conf)[0] == 404  # Java's: no body
+
+        await in_thread(scenario)
+        assert service.gc.settings.major_threshold == 0.5 and service.gc.settings.rate_entries == 500
+        assert service.gc.settings.minor_threshold == 0.2  # the refused body changed nothing
+        assert service.config.major_compaction_threshold == 0.5
+    finally:
+        await client.close()
+        for bookie in (service, other):
+            await bookie.stop()
+
+
+def test_java_readable_sizes() -> None:
+    assert [readable(v) for v in (0, 999, 1000, 1500, 1_234_567, 10**12, 5 * 10**15)] == [
+        "",
+        "",
+        "(1KB)",
+        "(1.5KB)",
+        "(1.234MB)",
+        "(1TB)",
+        "(5000TB)",
+    ]
+    assert bookie_info_answer({}) == Reply("Not found any Bookie info.", 404, is_json=False)
