@@ -507,6 +507,13 @@ async def test_list_bookie_info_expand_storage_and_server_config(tmp_path: Path)
             cluster = re.fullmatch(f"{{Free: {size}, Total: {size}}}", listed["ClusterInfo: "])
             assert cluster is not None and int(cluster.group(1)) == sum(frees)
             assert call(port, "PUT", "/api/v1/bookie/list_bookie_info")[0] == 404
+            # A registered bookie that does not answer is left out, as Java's BookieInfoReader leaves it.
+            with SqliteStore(uri.removeprefix("sqlite://")) as store:
+                layout = Layout(store)
+                layout.register_bookie("127.0.0.1:1")
+                assert "127.0.0.1:1" in layout.bookies()
+                code, again = call_json(port, "GET", "/api/v1/bookie/list_bookie_info")
+                assert code == 200 and list(again) == list(listed)
             # expand_storage: the running directories agree with the cookies, nothing new to add.
             expand = "/api/v1/bookie/expand_storage"
             assert call(port, "PUT", expand) == (200, "Success expand storage")
