@@ -294,7 +294,7 @@ def test_8_decommission_keeps_the_write_sets_across_the_racks(racked: Racked) ->
     single = sorted(rack for rack, n in count.items() if n == 1)
     racked.add_bookie(single[-1])
     # the busiest bookie of the other rack of 2: its Qw=2 ensembles of 3 (one bookie per rack) can
-    # take only its mate (a random choice of the three others: wrong 2 times in 3)
+    # take only its mate, not the bookie just added (a random choice: wrong 1 time in 2)
     rack = next(r for r, n in count.items() if n == 2)
     retired = racked.busiest(rack)
     racked.kill(retired)
