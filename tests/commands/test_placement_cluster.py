@@ -2,8 +2,9 @@
 (Pulsar's rack map, set with `bkctl bookie rack set`) and Java's RackawareEnsemblePlacementPolicy keys in
 a conf file. One cluster serves the checks in order: new ledgers, recovery with a target breaking the
 policy (refused, then --force in a dry run), recovery without target, a whole rack down (copies restored
-loudly outside the policy), `ledger check` and `doctor` naming what is misplaced, and the auditor's
-placement check moving the replicas once the rack is back."""
+loudly outside the policy), `ledger check` and `doctor` naming what is misplaced, the auditor's
+placement check moving the replicas once the rack is back, then `bookie decommission` and a bookie's
+own autorecovery (`bookie start --autorecovery`) healing a killed bookie, with minNumRacksPerWriteQuorum=2."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from pathlib import Path
 import pytest
 
 from bkctl.errors import ExitCode
+from bkctl.metadata.layout import Layout
+from bkctl.metadata.stores import open_store
+from bkctl.model import LedgerMetadata
 from tests.commands.sandbox_proc import bkctl, bkctl_all
 from tests.commands.test_sandbox_supervision import bookie_pids, until
 from tests.conftest import REPO
@@ -38,6 +42,7 @@ minNumRacksPerWriteQuorum=3
 class Racked:
     def __init__(self, uri: str, data: Path, conf: Path, racks: dict[str, str]) -> None:
         self.uri, self.data, self.conf, self.racks = uri, data, conf, racks
+        self.procs: list[subprocess.Popen[bytes]] = []
         self.ledgers: list[int] = []
         self.dead: list[str] = []
         self.misplaced: list[int] = []  # ledgers restored outside the policy while a rack was down
@@ -46,20 +51,57 @@ class Racked:
         done = bkctl(*args, metadata=self.uri, timeout_s=COMMAND_S)
         return done.returncode, done.stdout, done.stderr
 
+    def metadata(self, ledger: int) -> LedgerMetadata:
+        """Read straight from the metadata store: fast to poll (a `bkctl` process per read is not)."""
+        with open_store(self.uri) as store:
+            return Layout(store).read_ledger(ledger).value
+
     def ensembles(self, ledger: int) -> list[list[str]]:
-        info = json.loads(self.run("ledger", "inspect", str(ledger), "-o", "json")[1])
-        return [s["ensemble"] for s in info["segments"]]
+        return [list(s.ensemble) for s in self.metadata(ledger).segments]
 
     def quorum(self, ledger: int) -> int:
-        return int(json.loads(self.run("ledger", "inspect", str(ledger), "-o", "json")[1])["write_quorum"])
+        return self.metadata(ledger).write_quorum
 
-    def assert_within_policy(self, ledger: int) -> None:
+    def assert_within_policy(self, ledger: int, racks: int = 3) -> None:
         quorum = self.quorum(ledger)
         for ensemble in self.ensembles(ledger):
             size = len(ensemble)
             sets = [[ensemble[(i + j) % size] for j in range(quorum)] for i in range(size)]
             for members in sets:
-                assert len({self.racks[b] for b in members}) >= min(quorum, 3), (ledger, ensemble)
+                assert len({self.racks[b] for b in members}) >= min(quorum, racks), (ledger, ensemble)
+
+    def all_within(self, racks: int, without: str) -> bool:
+        """Every write set of every ledger across `racks` racks, and `without` in no ensemble."""
+        try:
+            for ledger in self.ledgers:
+                assert without not in str(self.ensembles(ledger))
+                self.assert_within_policy(ledger, racks)
+        except AssertionError:
+            return False
+        return True
+
+    def live(self) -> list[str]:
+        return sorted(b for b in self.racks if b not in self.dead)
+
+    def live_per_rack(self) -> dict[str, int]:
+        return {rack: [self.racks[b] for b in self.live()].count(rack) for rack in set(self.racks.values())}
+
+    def busiest(self, rack: str) -> str:
+        """The live bookie of `rack` in the most ensembles: the one whose loss asks most of placement."""
+        members = [b for b in self.live() if self.racks[b] == rack]
+        named = [str(self.ensembles(ledger)) for ledger in self.ledgers]
+        return max(members, key=lambda b: (sum(b in e for e in named), b))
+
+    def add_bookie(self, rack: str, *args: str) -> str:
+        """One more bookie process (`bookie start` with `args`), put in `rack`; its id."""
+        n = len(list(self.data.iterdir()))
+        self.procs += _bookies(self.data, self.uri, first=n, count=1, args=args)
+        port = (self.data / f"b{n}" / "port").read_text().strip()
+        listed = json.loads(self.run("bookie", "list", "-o", "json")[1])
+        bookie = str(next(r["bookie_id"] for r in listed if r["bookie_id"].endswith(f":{port}")))
+        assert self.run("bookie", "rack", "set", bookie, rack)[0] == 0
+        self.racks[bookie] = rack
+        return bookie
 
     def assert_whole(self) -> None:
         """`ledger check --full` of every ledger is exit 0: every entry on every bookie of its write set."""
@@ -80,6 +122,7 @@ def racked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Racked]:
     uri = f"sqlite://{base / 'metadata.db'}"
     assert bkctl("cluster", "init", metadata=uri).returncode == 0
     procs = _bookies(base / "bookies", uri)
+    shared: list[subprocess.Popen[bytes]] = procs  # with the bookies the checks add
     try:
         ids = sorted(
             row["bookie_id"] for row in json.loads(bkctl("bookie", "list", "-o", "json", metadata=uri).stdout)
@@ -91,32 +134,36 @@ def racked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Racked]:
             assert done.returncode == 0, done.stderr
         conf = base / "bk_client.conf"
         conf.write_text(CONF)
-        yield Racked(uri, base / "bookies", conf, racks)
+        cluster = Racked(uri, base / "bookies", conf, racks)
+        cluster.procs = shared
+        yield cluster
     finally:
-        for proc in procs:
+        for proc in shared:
             if proc.poll() is None:
                 proc.terminate()
-        for proc in procs:
+        for proc in shared:
             proc.wait(READY_S)
 
 
-def _bookies(data: Path, uri: str) -> list[subprocess.Popen[bytes]]:
-    """Six bookie processes (`bkctl bookie start`, SQLite metadata), each waited for up to READY_S: on
+def _bookies(
+    data: Path, uri: str, first: int = 0, count: int = 6, args: tuple[str, ...] = ()
+) -> list[subprocess.Popen[bytes]]:
+    """Bookie processes (`bkctl bookie start`, SQLite metadata), each waited for up to READY_S: on
     a loaded machine six interpreters starting at once take a while, which a sandbox's own bound misses."""
     procs = []
-    for n in range(6):
+    for n in range(first, first + count):
         home = data / f"b{n}"
         home.mkdir(parents=True)
         command = ["bookie", "start", "--port", "0", "--port-file", str(home / "port"), "-j", str(home / "j")]
         procs.append(
             subprocess.Popen(
-                [sys.executable, "-m", "bkctl", *command, "-l", str(home / "l"), "--metadata", uri],
+                [sys.executable, "-m", "bkctl", *command, "-l", str(home / "l"), *args, "--metadata", uri],
                 cwd=REPO,
                 stdout=subprocess.DEVNULL,
                 stderr=(home / "bookie.log").open("wb"),
             )
         )
-    for n in range(6):
+    for n in range(first, first + count):
         until(lambda n=n: (data / f"b{n}" / "port").exists(), f"bookie {n} serving", timeout_s=READY_S)  # type: ignore[misc]
     return procs
 
@@ -227,18 +274,48 @@ def test_7_the_rack_back_the_placement_check_moves_them(racked: Racked) -> None:
         text=True,
     )
     try:
-
-        def within() -> bool:
-            try:
-                for ledger in racked.ledgers:
-                    racked.assert_within_policy(ledger)
-            except AssertionError:
-                return False
-            return True
-
-        until(within, "every ledger within the policy again", timeout_s=HEAL_S)
+        until(lambda: racked.all_within(3, racked.dead[0]), "every ledger within the policy again", HEAL_S)
     finally:
         daemon.send_signal(signal.SIGTERM)
         _, err = daemon.communicate(timeout=60)
     assert "placement check" in err
+    racked.assert_whole()
+
+
+def _two_racks_conf(racked: Racked, name: str) -> Path:
+    conf = racked.conf.with_name(name)
+    conf.write_text(CONF.replace("minNumRacksPerWriteQuorum=3", "minNumRacksPerWriteQuorum=2"))
+    return conf
+
+
+def test_8_decommission_keeps_the_write_sets_across_the_racks(racked: Racked) -> None:
+    # 3 racks of 2, 1 and 1 live bookies: one more makes 2, 2 and 1
+    count = racked.live_per_rack()
+    single = sorted(rack for rack, n in count.items() if n == 1)
+    racked.add_bookie(single[-1])
+    # the busiest bookie of the other rack of 2: its Qw=2 ensembles of 3 (one bookie per rack) can
+    # take only its mate, not the bookie just added (a random choice: wrong 1 time in 2)
+    rack = next(r for r, n in count.items() if n == 2)
+    retired = racked.busiest(rack)
+    racked.kill(retired)
+    conf = _two_racks_conf(racked, "two_racks_client.conf")
+    code, out, err = racked.run("bookie", "decommission", retired, "--conf", str(conf), "-y", "-o", "json")
+    assert code == 0, (out, err)
+    assert racked.all_within(2, retired), [racked.ensembles(ledger) for ledger in racked.ledgers]
+    racked.assert_whole()
+
+
+def test_9_a_bookies_own_autorecovery_heals_within_the_policy(racked: Racked) -> None:
+    conf = _two_racks_conf(racked, "two_racks_server.conf")
+    # live bookies in racks of 2, 1 and 1: the healer (its policy keys in its bk_server.conf) makes 2, 2, 1
+    count = racked.live_per_rack()
+    healer = racked.add_bookie(
+        sorted(r for r, n in count.items() if n == 1)[0], "--autorecovery", "--conf", str(conf)
+    )
+    # the busiest bookie of the rack of 2: its Qw=2 ensembles of 3 (one bookie per rack) can take its
+    # mate, never the bookie left in the healer's rack (a random choice: wrong 1 time in 2)
+    victim = racked.busiest(next(r for r, n in count.items() if n == 2))
+    assert victim != healer
+    racked.kill(victim)
+    until(lambda: racked.all_within(2, victim), f"{victim} healed within the policy", timeout_s=HEAL_S)
     racked.assert_whole()
