@@ -300,12 +300,15 @@ class BookieRecovery:
         password = self.options.password
         known = self.known.pop(ledger_id, None)
         handle = await admin_open(self.client, ledger_id, recovery=False, password=password, known=known)
+        reopened = False  # the recovery open itself replaced a failed bookie (its re-adds' ensemble change)
         if not handle.is_closed and self._names_dead(handle.metadata.segments[-1].ensemble):
             if self.options.skip_open:
                 self._skip(ledger_id, "open, and its last ensemble has a failed bookie (--skip-open-ledgers)")
                 return
             if not self.options.dry_run:  # fence and close it, as a recovery open does
+                before = handle.metadata.segments
                 handle = await admin_open(self.client, ledger_id, recovery=True, password=password)
+                reopened = handle.metadata.segments != before
         steps = await self._plan(handle)
         if self.options.dry_run:
             self.report.plan.extend(step for step, _ in steps)
@@ -316,7 +319,7 @@ class BookieRecovery:
             for fragment, target in moves:
                 await self._move(handle, fragment, target)
             self.report.plan.append(step)
-        if steps:  # a ledger repaired by someone else meanwhile is not this run's to claim
+        if steps or reopened:  # a ledger repaired by someone else meanwhile is not this run's to claim
             self.report.ledgers_recovered += 1
 
     async def _move(self, handle: LedgerHandle, fragment: Fragment, target: str) -> None:

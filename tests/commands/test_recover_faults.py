@@ -59,8 +59,9 @@ def test_killed_mid_run_then_again_and_two_at_once(tmp_path: Path) -> None:
         # Ctrl-C once a ledger more is done: it stops between metadata updates, exit 130, and -o json
         # still prints the document of what was done so far.
         left = naming(uri, ledgers, bookies[0])
-        stopped = recover(uri, bookies[0], "--rate", "1", "--parallel", "1")
-        until(lambda: naming(uri, ledgers, bookies[0]) < left, "a ledger recovered", 120)
+        # The killed run's lock goes with its metadata session: --wait rides that out.
+        stopped = recover(uri, bookies[0], "--rate", "1", "--parallel", "1", "--wait", "120")
+        until(lambda: naming(uri, ledgers, bookies[0]) < left, "a ledger recovered", 240)
         stopped.send_signal(signal.SIGINT)
         out, err = stopped.communicate(timeout=60)
         assert stopped.returncode == ExitCode.INTERRUPTED, err

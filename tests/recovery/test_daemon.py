@@ -156,7 +156,8 @@ async def test_worker_backs_off_holding_the_lock_and_drops_deleted_ledgers(store
     try:
         await until(lambda: list(layout.underreplicated_ids()) == [stuck])
         assert repairer.fenced == [open_tail]  # fenced after the grace period, then repaired
-        assert daemon.worker.stats.marks_dropped == 1
+        # Counted once the mark's removal has returned to the worker: a moment after the test sees it gone.
+        await until(lambda: daemon.worker.stats.marks_dropped == 1, "the deleted ledger's mark dropped")
         # Backing off holds the lock (the worker holds it while it copies too: wait for the failure).
         failing = {str(stuck): "entries 0-9 have no copy"}
         await until(
