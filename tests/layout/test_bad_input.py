@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,20 +15,13 @@ from bkctl.errors import ExitCode
 from bkctl.metadata.layout import Layout
 from tests.layout.conftest import LoadedDump
 from tests.layout.test_commands import bkctl
-
-# The default connect timeout is 5 s; allow interpreter start-up and slow CI on top. A command that
-# hangs fails on this bound (subprocess.TimeoutExpired); how fast it ends is a benchmark's business.
-DEADLINE_S = 60.0
+from tests.server_net.test_commands import bkctl as bkctl_process
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "bkctl", *args],
-        capture_output=True,
-        text=True,
-        timeout=DEADLINE_S,
-        check=False,
-    )
+    # The default connect timeout is 5 s; bkctl's 60 s bound leaves room for interpreter start-up and
+    # slow CI. A command that hangs fails on it (TimeoutExpired); how fast it ends is for benchmarks/.
+    return bkctl_process(*args)
 
 
 def closed_port() -> int:
