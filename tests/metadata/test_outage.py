@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from bkctl.metadata.zookeeper import ZooKeeperStore
 from bkctl.model import LedgerState
 from tests.client.cluster import Cluster, bounded, sleep
 from tests.client.test_ledger import PW, payloads
+from tests.metadata.test_store_contract import wait_until
 from tests.server_net.live import in_thread, twisted_test
 
 SESSION_MS = 1000  # the server's tick is 200 ms: sessions of 0.4-4 s
@@ -36,6 +38,11 @@ def zk() -> Iterator[ZooKeeperServer]:
         pytest.fail(f"the outage test's ZooKeeper did not start: {exc}")
     yield server
     server.stop()
+
+
+def refuses(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) != 0
 
 
 class Paused:
@@ -209,7 +216,7 @@ def test_zookeeper_killed_and_restarted_on_its_data_directory() -> None:
         done: list[object] = []
         restarting = threading.Thread(target=server.restart, args=(2.0,))
         restarting.start()
-        time.sleep(0.5)  # down now: the port refuses connections
+        wait_until(lambda: refuses(server.port), what="the port to refuse connections")  # down now
         done.append(store.set("/restart", b"1", version=0))
         done.append(store.create("/restart-b", b"b"))
         restarting.join(60)
