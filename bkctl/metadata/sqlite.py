@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from bkctl import limits
 from bkctl.errors import (
@@ -62,6 +62,9 @@ from bkctl.metadata.store import (
     run_callback,
     validate_path,
 )
+
+if TYPE_CHECKING:
+    import sqlite_utils  # imported where used, as below: only the SQLite store needs it
 
 T = TypeVar("T")
 SCHEMA_VERSION = 1
@@ -194,22 +197,19 @@ def init_schema(conn: sqlite3.Connection) -> None:
             " path TEXT NOT NULL, kind TEXT NOT NULL, time_ms INTEGER NOT NULL)"
         )
         db.table("changelog").create_index(["time_ms"], index_name="changelog_by_time", if_not_exists=True)
-        _check_schema_version(conn)
+        _check_schema_version(db)
         now = now_ms()
-        conn.execute(
-            "INSERT OR IGNORE INTO nodes(path, parent, name, data, ctime_ms, mtime_ms, czxid, mzxid, pzxid)"
-            " VALUES ('/', '', '', x'', ?, ?, 0, 0, 0)",
-            (now, now),
-        )
+        root = {"path": "/", "parent": "", "name": "", "data": b"", "ctime_ms": now, "mtime_ms": now}
+        db.table("nodes").insert({**root, "czxid": 0, "mzxid": 0, "pzxid": 0}, ignore=True)
 
 
-def _check_schema_version(conn: sqlite3.Connection) -> None:
-    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+def _check_schema_version(db: sqlite_utils.Database) -> None:
+    row = next(db.table("meta").rows_where("key = ?", ["schema_version"], select="value"), None)
     if row is None:
-        conn.execute("INSERT INTO meta(key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-    elif row[0] != str(SCHEMA_VERSION):
+        db.table("meta").insert({"key": "schema_version", "value": str(SCHEMA_VERSION)})
+    elif row["value"] != str(SCHEMA_VERSION):
         raise UnavailableError(
-            f"metadata database schema version {row[0]}, this bkctl reads {SCHEMA_VERSION}"
+            f"metadata database schema version {row['value']}, this bkctl reads {SCHEMA_VERSION}"
         )
 
 
@@ -226,10 +226,8 @@ def inspect_database(path: Path) -> dict[str, object]:
             return {
                 "path": str(path),
                 "tables": {name: db.table(name).count for name in db.table_names()},
-                "schema_version": next(iter(db.query("SELECT value FROM meta WHERE key='schema_version'")))[
-                    "value"
-                ],
-                "sessions": list(db.query("SELECT * FROM sessions ORDER BY id")),
+                "schema_version": next(db.table("meta").rows_where("key = ?", ["schema_version"]))["value"],
+                "sessions": list(db.table("sessions").rows_where(order_by="id")),
             }
         finally:
             conn.close()
@@ -238,6 +236,8 @@ def inspect_database(path: Path) -> dict[str, object]:
 # --- the node operations, each inside a caller's BEGIN IMMEDIATE --------------------------------------
 
 
+# The node operations stay plain SQL: each runs on every metadata write, where sqlite-utils would read
+# the table's schema (PRAGMA table_info) per insert; the updates are compare-and-set (WHERE version = ?).
 def _log(conn: sqlite3.Connection, path: str, kind: str, now: int) -> int:
     cursor = conn.execute("INSERT INTO changelog(path, kind, time_ms) VALUES (?, ?, ?)", (path, kind, now))
     assert cursor.lastrowid is not None
@@ -374,13 +374,15 @@ def _drop_session(conn: sqlite3.Connection, session_id: int) -> int:
 
 
 def _new_session(conn: sqlite3.Connection, timeout_ms: int) -> int:
+    import sqlite_utils
+
     now = now_ms()
-    cursor = conn.execute(
-        "INSERT INTO sessions(timeout_ms, expires_at_ms, created_ms, owner) VALUES (?, ?, ?, ?)",
-        (timeout_ms, now + timeout_ms, now, f"{socket.gethostname()}:{os.getpid()}"),
-    )
-    assert cursor.lastrowid is not None
-    return cursor.lastrowid
+    owner = f"{socket.gethostname()}:{os.getpid()}"
+    sessions = sqlite_utils.Database(conn).table("sessions")
+    row = {"timeout_ms": timeout_ms, "expires_at_ms": now + timeout_ms, "created_ms": now, "owner": owner}
+    sessions.insert(row)
+    assert sessions.last_pk is not None
+    return int(sessions.last_pk)
 
 
 def reap_expired_sessions(conn: sqlite3.Connection) -> list[int]:

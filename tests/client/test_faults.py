@@ -12,6 +12,7 @@ from bkctl.errors import FencedError, LedgerClosedError, UnavailableError
 from bkctl.model import LedgerState
 from tests.client.cluster import Cluster, bounded, sleep
 from tests.client.test_ledger import PW
+from tests.server.helpers import wait_until
 from tests.server_net.live import in_thread, twisted_test
 
 
@@ -134,8 +135,7 @@ async def test_outstanding_adds_are_bounded(tmp_path: Path, monkeypatch: pytest.
             client.create_ledger(2, 2, 2, password=PW, ensemble=[cluster.bookies[0].bookie_id, silent])
         )
         pending = writer.add_many([b"q"] * 15)
-        await sleep(0.2)
-        assert client.bookies.get(silent).in_flight == 3  # the rest wait unsent
+        await wait_until(lambda: client.bookies.get(silent).in_flight == 3)  # the rest wait unsent
         assert not pending.called
         with pytest.raises(UnavailableError, match="adds waiting"):
             await bounded(writer.add_many([b"r"] * 10))

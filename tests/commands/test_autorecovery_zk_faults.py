@@ -200,10 +200,8 @@ def test_a_daemon_stops_promptly_when_zookeeper_is_frozen() -> None:
             until(lambda: Layout(store).current_auditor() == "stopping-daemon", "its vote", 60)
         server.freeze()
         try:
-            started = time.monotonic()
             proc.terminate()
-            proc.wait(limits.METADATA_AT_STOP_S + 20)
-            assert time.monotonic() - started < limits.METADATA_AT_STOP_S + 20
+            proc.wait(limits.METADATA_AT_STOP_S + 20)  # a hang fails here (subprocess.TimeoutExpired)
             assert proc.returncode == 0
         finally:
             server.thaw()

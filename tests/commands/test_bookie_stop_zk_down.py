@@ -5,7 +5,6 @@ metadata deadline (120 s) first."""
 from __future__ import annotations
 
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -28,18 +27,15 @@ def test_a_bookie_stops_promptly_when_zookeeper_is_away(tmp_path: Path, how: str
         children, _ = start_children(tmp_path, server.hosts, 1, 0)
         try:
             server.stop() if how == "killed" else server.freeze()
-            started = time.monotonic()
             bookie = children[0].proc
             bookie.terminate()
             try:
                 bookie.wait(limits.METADATA_AT_STOP_S + 20)
             except subprocess.TimeoutExpired:
                 pytest.fail("the bookie did not stop within its unregister wait and 20 s")
-            stopped_s = time.monotonic() - started
         finally:
             stop_children(children)
     log = children[0].log_path.read_text(errors="replace")
     assert bookie.returncode == 0, log[-2000:]
     assert "bookie stop: unregister: the metadata store did not answer within 5 s; stopping anyway" in log
     assert log.rstrip().endswith("stopped")  # the journal drained and the last checkpoint done
-    assert stopped_s < limits.METADATA_AT_STOP_S + 20

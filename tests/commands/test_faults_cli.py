@@ -11,12 +11,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from bkctl.errors import ExitCode
 from bkctl.metadata.stores import layout_at
 from tests.commands.sandbox_proc import WAIT_S, Sandbox, bkctl
+from tests.commands.test_sandbox_supervision import until
 from tests.conftest import REPO
 from tests.server_net.live import BookieProcess, metadata_uri
 from tests.server_net.test_commands import bkctl as server_bkctl
@@ -67,7 +67,11 @@ def test_bookie_killed_mid_write_loses_no_acknowledged_entry(tmp_path: Path) -> 
         half = ENTRIES // 2
         writer.stdin.write("".join(entry_line(i) for i in range(half)))
         writer.stdin.flush()
-        time.sleep(0.3)  # some adds acknowledged; the second half must go to a new ensemble
+        # Some adds acknowledged (entry 0 readable up to the last add confirmed, without recovery);
+        # the second half must go to a new ensemble.
+        ledger_id = created.split()[created.split().index("ledger") + 1]
+        first = ("ledger", "read", ledger_id, "--last", "0")
+        until(lambda: bkctl(*first, metadata=uri).returncode == 0, "an entry acknowledged")
         os.kill(pids[victim], signal.SIGKILL)
         writer.stdin.write("".join(entry_line(i) for i in range(half, ENTRIES)))
         out, err = writer.communicate(timeout=WAIT_S * 2)

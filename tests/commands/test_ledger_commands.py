@@ -7,11 +7,11 @@ import base64
 import dataclasses
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +21,7 @@ from bkctl.commands.ledger_options import TEMPLATE_DEFAULT, payload
 from bkctl.metadata.layout import Layout
 from bkctl.metadata.sqlite import SqliteStore
 from tests.commands.sandbox_proc import Sandbox, bkctl
+from tests.commands.test_sandbox_supervision import until
 
 
 class Cluster:
@@ -331,8 +332,12 @@ def test_ctrl_c_of_a_write_says_how_far_it_got(cluster: Cluster) -> None:
     )
     try:
         assert proc.stderr is not None
-        assert "created on" in proc.stderr.readline()  # writing now
-        time.sleep(1.5)  # some entries acknowledged (a Ctrl-C before any would delete the ledger)
+        created = re.search(r"ledger (\d+) created on", proc.stderr.readline())  # writing now
+        assert created is not None
+        # Some entries acknowledged (a Ctrl-C before any would delete the ledger): entry 0 readable
+        # up to the last add confirmed, without recovery (the writer goes on).
+        first = ("ledger", "read", created[1], "--last", "0")
+        until(lambda: cluster.run(*first)[0] == 0, "an entry acknowledged")
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -17,17 +15,13 @@ from bkctl.errors import ExitCode
 from bkctl.metadata.layout import Layout
 from tests.layout.conftest import LoadedDump
 from tests.layout.test_commands import bkctl
-
-# The default connect timeout is 5 s; allow interpreter start-up and slow CI on top.
-DEADLINE_S = 20.0
+from tests.server_net.test_commands import bkctl as bkctl_process
 
 
-def run(*args: str) -> tuple[subprocess.CompletedProcess[str], float]:
-    start = time.monotonic()
-    result = subprocess.run(
-        [sys.executable, "-m", "bkctl", *args], capture_output=True, text=True, timeout=60, check=False
-    )
-    return result, time.monotonic() - start
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    # The default connect timeout is 5 s; bkctl's 60 s bound leaves room for interpreter start-up and
+    # slow CI. A command that hangs fails on it (TimeoutExpired); how fast it ends is for benchmarks/.
+    return bkctl_process(*args)
 
 
 def closed_port() -> int:
@@ -38,9 +32,8 @@ def closed_port() -> int:
 
 @pytest.mark.parametrize("uri", ["zk://127.0.0.1:{port}/ledgers", "127.0.0.1:{port}"])
 def test_unreachable_zookeeper_exits_6_in_time(uri: str) -> None:
-    result, elapsed_s = run("ledger", "list", "--metadata", uri.format(port=closed_port()))
+    result = run("ledger", "list", "--metadata", uri.format(port=closed_port()))
     assert result.returncode == ExitCode.UNAVAILABLE
-    assert elapsed_s < DEADLINE_S
     assert result.stdout == ""
     assert result.stderr.count("\n") == 1 and "not reachable" in result.stderr
     assert "Traceback" not in result.stderr
@@ -50,7 +43,7 @@ def test_garbage_sqlite_file_exits_6(tmp_path: Path) -> None:
     database = tmp_path / "metadata.db"
     database.write_bytes(b"this is not a database, just garbage bytes\n" * 100)
     before = database.read_bytes()
-    result, _ = run("cluster", "info", "--metadata", f"sqlite://{database}")
+    result = run("cluster", "info", "--metadata", f"sqlite://{database}")
     assert result.returncode == ExitCode.UNAVAILABLE
     assert result.stderr.startswith(f"bkctl: error: metadata database {database}")
     assert result.stderr.count("\n") == 1
@@ -58,13 +51,13 @@ def test_garbage_sqlite_file_exits_6(tmp_path: Path) -> None:
 
 
 def test_missing_sqlite_store_is_not_found_and_not_created(tmp_path: Path) -> None:
-    result, _ = run("bookie", "list", "--metadata", f"sqlite://{tmp_path}/nope/metadata.db")
+    result = run("bookie", "list", "--metadata", f"sqlite://{tmp_path}/nope/metadata.db")
     assert result.returncode == ExitCode.NOT_FOUND and result.stderr.count("\n") == 1
     assert not (tmp_path / "nope").exists()
 
 
 def test_bad_metadata_uri_is_a_usage_error() -> None:
-    result, _ = run("ledger", "list", "--metadata", "etcd://somewhere")
+    result = run("ledger", "list", "--metadata", "etcd://somewhere")
     assert result.returncode == ExitCode.USAGE and result.stderr.count("\n") == 1
 
 
@@ -72,7 +65,7 @@ def test_uninitialized_store_is_not_found(tmp_path: Path) -> None:
     from bkctl.metadata.sqlite import SqliteStore
 
     SqliteStore(tmp_path / "metadata.db").close()  # a store, but no cluster in it
-    result, _ = run("ledger", "list", "--metadata", f"sqlite://{tmp_path}/metadata.db")
+    result = run("ledger", "list", "--metadata", f"sqlite://{tmp_path}/metadata.db")
     assert result.returncode == ExitCode.NOT_FOUND
     assert (
         f"no BookKeeper cluster at /ledgers (/ledgers/LAYOUT is missing) in sqlite://{tmp_path}"

@@ -397,11 +397,10 @@ def test_ephemeral_gone_after_owner_killed(store_target: StoreTarget) -> None:
         line = proc.stdout.readline()
         assert line.startswith("ready"), line
         assert observer.exists("/bookie") is not None
-        killed_at = time.monotonic()
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(5)
+        # The 1 s lease expires; the wait's bound only stops a lease that never expires from hanging.
         wait_until(lambda: observer.exists("/bookie") is None, what="the killed owner's ephemeral to go")
-        assert time.monotonic() - killed_at < 5.0
     finally:
         proc.kill()
         proc.wait(5)

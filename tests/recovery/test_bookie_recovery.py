@@ -25,8 +25,9 @@ from bkctl.recovery.bookie_recovery import (
 )
 from bkctl.recovery.checker import BOOKIE_DOWN, MISSING, check_fragments, check_ledger
 from bkctl.recovery.fragments import fragments
-from tests.client.cluster import Cluster, bounded, sleep
+from tests.client.cluster import Cluster, bounded
 from tests.client.test_ledger import PW, payloads
+from tests.server.helpers import wait_until
 from tests.server_net.live import in_thread, twisted_test
 
 
@@ -250,7 +251,8 @@ async def test_a_survivor_that_dies_mid_copy_is_replaced_by_another_replica(tmp_
         await bounded(cluster.bookie(dead).stop())
         run = BookieRecovery(client, RecoveryOptions((dead,), rate_bytes_per_s=400_000))  # ~3 s of copying
         recovering = defer.ensureDeferred(run.run())
-        await sleep(0.7)
+        # Some entries copied (a ~3 s copy: still going) before the second replica goes.
+        await wait_until(lambda: run.report.copied.entries > 0 or recovering.called)
         assert run.report.copied.entries > 0 or not recovering.called
         await bounded(cluster.bookie(dying).stop())  # the replica it was reading from goes too
         report = await bounded(recovering, 60)
