@@ -158,5 +158,7 @@ def run_until_stopped(reactor: Any) -> None:
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, on_signal)
 
-    reactor.callWhenRunning(install)
+    # During startup, right after Twisted installs its handlers and before any callWhenRunning work: a
+    # command that says it is ready there (the sandbox's export line) must already stop once on a signal.
+    reactor.addSystemEventTrigger("during", "startup", install)
     reactor.run()
