@@ -23,7 +23,7 @@ def read_password(path: Path | None) -> bytes | None:
     """Java's password file: its first line (no newline); None without a file."""
     if path is None:
         return None
-    data = _read(path)
+    data = read_small_file(path)
     return data.splitlines()[0] if data.strip() else b""
 
 
@@ -34,7 +34,7 @@ def identity_pem(path: Path, kind: str, password: bytes | None) -> tuple[bytes, 
     from cryptography.hazmat.primitives.serialization import pkcs12
 
     try:
-        key, certificate, extra = pkcs12.load_key_and_certificates(_read(path), password)
+        key, certificate, extra = pkcs12.load_key_and_certificates(read_small_file(path), password)
     except (ValueError, TypeError) as exc:
         raise UsageError(f"PKCS12 key store {path}: {exc} (wrong password file?)") from None
     if key is None or certificate is None:
@@ -49,7 +49,7 @@ def trust_pem(path: Path, kind: str, password: bytes | None) -> bytes:
     from cryptography.hazmat.primitives.serialization import pkcs12
 
     try:
-        store = pkcs12.load_pkcs12(_read(path), password)
+        store = pkcs12.load_pkcs12(read_small_file(path), password)
     except (ValueError, TypeError) as exc:
         raise UsageError(f"PKCS12 trust store {path}: {exc} (wrong password file?)") from None
     certificates = [c.certificate for c in store.additional_certs]
@@ -69,7 +69,7 @@ def _jks(path: Path, password: bytes | None) -> object:
             f"-destkeystore {path.with_suffix('.p12')} -deststoretype PKCS12 (then the type PKCS12)"
         ) from None
     try:
-        return jks.KeyStore.loads(_read(path), (password or b"").decode())
+        return jks.KeyStore.loads(read_small_file(path), (password or b"").decode())
     except Exception as exc:  # pyjks raises its own errors and struct/ValueError on junk
         raise UsageError(f"JKS store {path}: {exc} (wrong password file?)") from None
 
@@ -112,7 +112,8 @@ def _pem_key(key: object) -> bytes:
     return key.private_bytes(Encoding.PEM, PrivateFormat.PKCS8, NoEncryption())  # type: ignore[attr-defined, no-any-return]
 
 
-def _read(path: Path) -> bytes:
+def read_small_file(path: Path) -> bytes:
+    """A key store, PEM or password file, bounded; an unreadable one is one UsageError line."""
     try:
         if path.stat().st_size > STORE_FILE_SIZE_MAX:
             raise UsageError(f"{path} is larger than {STORE_FILE_SIZE_MAX} bytes")

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from bkctl.errors import UsageError
+from bkctl.keystores import read_small_file
 
 if TYPE_CHECKING:
     import ssl
@@ -34,7 +35,6 @@ JAVA_PROVIDER_FACTORY: Final = "org.apache.bookkeeper.tls.TLSContextFactory"
 BKCTL_PROVIDER_FACTORY: Final = "bkctl.tls"
 PROVIDER_FACTORIES: Final = (JAVA_PROVIDER_FACTORY, BKCTL_PROVIDER_FACTORY)
 STORE_TYPE: Final = "PEM"  # the default; PKCS12 and JKS stores are turned into PEM (bkctl/keystores.py)
-PEM_FILE_SIZE_MAX: Final = 1024 * 1024  # local bound
 
 # Java's keys. The client also reads clientKeyStore/clientTrustStore (and their types) first, as Java's
 # ClientConfiguration does; the bookie reads the tls* keys only.
@@ -240,7 +240,7 @@ def _load_identity(context: ssl.SSLContext, settings: TlsSettings) -> None:
         _load_store_identity(context, settings)
         return
     assert settings.certificate_path is not None
-    password = _read(settings.key_password_path).strip() if settings.key_password_path else None
+    password = read_small_file(settings.key_password_path).strip() if settings.key_password_path else None
     certificate = _existing(settings.certificate_path, "tlsCertificatePath")
     key = _existing(settings.key_path, "tlsKeyStore")
     try:
@@ -294,7 +294,7 @@ def _load_trust(
 
     # No client-CA list is sent: a peer then offers its certificate whatever CA signed it (Java's key
     # manager skips a certificate whose issuer is not in a non-empty list).
-    if b"-----BEGIN CERTIFICATE-----" not in _read(_existing(trust_path, "tlsTrustStore")):
+    if b"-----BEGIN CERTIFICATE-----" not in read_small_file(_existing(trust_path, "tlsTrustStore")):
         raise UsageError(f"TLS trust store {trust_path}: no PEM certificate in the file")
     try:
         context.load_verify_locations(cafile=trust_path)
@@ -306,15 +306,6 @@ def _existing(path: Path, key: str) -> Path:
     if not path.is_file():
         raise UsageError(f"{key}: {path} is not a readable file")
     return path
-
-
-def _read(path: Path) -> bytes:
-    try:
-        if path.stat().st_size > PEM_FILE_SIZE_MAX:
-            raise UsageError(f"{path} is larger than {PEM_FILE_SIZE_MAX} bytes")
-        return path.read_bytes()
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
 
 
 # --- the client's settings from bkctl's global options (cli.py puts them in the environment) ------------
