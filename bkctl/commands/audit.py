@@ -141,7 +141,7 @@ def audit(
     problems: list[str] = []
     bookies: list[Any] = []
     if online:
-        bookies, problems = registered_bookies(uri)
+        bookies, problems = registered_bookies(uri, lambda text: message(f"bkctl: {text}"))
     else:
         bookies = resolve_bookie_dirs(bookie_dir or [])
         options.foreign_dirs = _foreign_dirs(uri, bookies, force)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import socket
 import struct
+import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final, TypeVar
@@ -27,6 +29,8 @@ from bkctl.sasl import ClientSasl, client_sasl_from_env
 
 WINDOW: Final = 256  # requests in flight on one connection
 TIMEOUT_S: Final = 30.0  # local bound: per connect and per reply: a bookie silent this long is not answering
+PROBE_TOLD_S: Final = 2.0  # local bound: connection probes still waiting after this are said on stderr
+PROBES_AT_ONCE: Final = 64  # local bound: bookies probed at the same time
 _LENGTH: Final = struct.Struct(">i")
 _K = TypeVar("_K")
 _R = TypeVar("_R")
@@ -40,31 +44,74 @@ class OnlineBookie:
     sasl: ClientSasl | None = None  # credentials for bookies with SASL (read on the driver, bkctl/sasl.py)
 
 
-def registered_bookies(uri: str) -> tuple[list[OnlineBookie], list[str]]:
+def registered_bookies(
+    uri: str, told: Callable[[str], object] = lambda _: None
+) -> tuple[list[OnlineBookie], list[str]]:
     """Registered bookies (read-write and read-only) with their addresses, and one problem line per
     bookie that has no address or does not accept a connection (it is then not audited: its replicas
-    are `unknown`, never `missing`)."""
+    are `unknown`, never `missing`). A probe that waits is said through `told`."""
     with layout_at(uri) as layout:
-        return _reachable(layout)
+        return _reachable(layout, told)
 
 
-def _reachable(layout: Layout) -> tuple[list[OnlineBookie], list[str]]:
-    found, problems = [], []
+def _reachable(layout: Layout, told: Callable[[str], object]) -> tuple[list[OnlineBookie], list[str]]:
+    found, problems, addresses = [], [], {}
     sasl = client_sasl_from_env()
     for bookie_id in sorted(set(layout.bookies()) | set(layout.bookies(readonly=True))):
         address = layout.bookie_rpc_address(bookie_id) or _address_in_id(bookie_id)
         if address is None:
             problems.append(f"bookie {bookie_id}: no address in its registration; not audited")
-            continue
-        try:
-            socket.create_connection(address, timeout=TIMEOUT_S).close()
-        except OSError as exc:
+        else:
+            addresses[bookie_id] = address
+    refused = probe_connections(addresses, told, TIMEOUT_S)
+    for bookie_id, address in addresses.items():
+        if bookie_id in refused:
             problems.append(
-                f"bookie {bookie_id} at {address[0]}:{address[1]} does not answer ({exc}); not audited"
+                f"bookie {bookie_id} at {address[0]}:{address[1]} does not answer ({refused[bookie_id]}); "
+                "not audited"
             )
-            continue
-        found.append(OnlineBookie(bookie_id, *address, sasl))
+        else:
+            found.append(OnlineBookie(bookie_id, *address, sasl))
     return found, problems
+
+
+def probe_connections(
+    addresses: dict[str, tuple[str, int]], told: Callable[[str], object], timeout_s: float
+) -> dict[str, str]:
+    """Connect to each address, many at once, on daemon threads (Ctrl-C never waits for one): the ones
+    that did not accept within `timeout_s`, with why. A wait past PROBE_TOLD_S is said once."""
+    refused: dict[str, str] = {}
+
+    def probe(bookie_id: str, address: tuple[str, int]) -> None:
+        try:
+            socket.create_connection(address, timeout=timeout_s).close()
+        except OSError as exc:
+            refused[bookie_id] = str(exc) or type(exc).__name__
+
+    items = list(addresses.items())
+    said = False
+    for start in range(0, len(items), PROBES_AT_ONCE):
+        batch = items[start : start + PROBES_AT_ONCE]
+        threads = [
+            threading.Thread(target=probe, args=item, daemon=True, name="bkctl-probe") for item in batch
+        ]
+        for thread in threads:
+            thread.start()
+        _join_until(threads, time.monotonic() + PROBE_TOLD_S)
+        waiting = sum(thread.is_alive() for thread in threads)
+        if waiting and not said:
+            told(f"waiting for {waiting} bookie(s) to accept a connection (up to {timeout_s:g} s)")
+            said = True
+        _join_until(threads, time.monotonic() + timeout_s)
+        for (bookie_id, _), thread in zip(batch, threads, strict=True):
+            if thread.is_alive():
+                refused.setdefault(bookie_id, f"no connection within {timeout_s:g} s")
+    return refused
+
+
+def _join_until(threads: list[threading.Thread], deadline: float) -> None:
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def _address_in_id(bookie_id: str) -> tuple[str, int] | None:

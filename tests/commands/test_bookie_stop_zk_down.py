@@ -4,7 +4,10 @@ metadata deadline (120 s) first."""
 
 from __future__ import annotations
 
+import signal
 import subprocess
+import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -39,3 +42,32 @@ def test_a_bookie_stops_promptly_when_zookeeper_is_away(tmp_path: Path, how: str
     assert bookie.returncode == 0, log[-2000:]
     assert "bookie stop: unregister: the metadata store did not answer within 5 s; stopping anyway" in log
     assert log.rstrip().endswith("stopped")  # the journal drained and the last checkpoint done
+
+
+def test_ctrl_c_while_zookeeper_is_away_at_the_start_ends_the_bookie_at_once(tmp_path: Path) -> None:
+    """The store opens on a daemon thread: a stop during that wait (up to 120 s) does not wait it out."""
+    bookie = subprocess.Popen(
+        [sys.executable, "-m", "bkctl", "bookie", "start", "--metadata", "zk://127.0.0.1:1/ledgers",
+         "--journal-dir", str(tmp_path / "j"), "--ledger-dir", str(tmp_path / "l"), "--port", "0"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    watchdog = threading.Timer(100, bookie.kill)
+    watchdog.start()
+    try:
+        said = _line_saying(bookie, "bkctl: waiting for ZooKeeper at 127.0.0.1:1 (up to 120 s)")
+        bookie.send_signal(signal.SIGINT)
+        _, err = bookie.communicate(timeout=30)
+    finally:
+        watchdog.cancel()
+    assert said and bookie.returncode == 0, err[-2000:]  # a stop asked for, as a running bookie's
+    assert "generator ignored GeneratorExit" not in err and "Traceback" not in err
+
+
+def _line_saying(process: subprocess.Popen[str], wanted: str, lines_max: int = 200) -> bool:
+    """Read stderr lines (kazoo logs its retries there too) until `wanted` comes; bounded."""
+    assert process.stderr is not None
+    for _ in range(lines_max):
+        line = process.stderr.readline()
+        if not line or line.rstrip("\n") == wanted:
+            return bool(line)
+    return False
