@@ -127,9 +127,11 @@ CLIENT_RECOVERY_READS_IN_FLIGHT_MAX: Final = 1_024
 CLI_WRITE_CHUNK_ENTRIES: Final = 1_000
 CLI_WRITE_CHUNKS_IN_FLIGHT: Final = 4
 CLI_READ_CHUNK_ENTRIES: Final = 1_000
-# `sandbox`: bookies one sandbox runs; seconds a bookie process may take to serve, and to stop.
+# `sandbox`: bookies one sandbox runs; seconds a bookie process may take to serve, and to stop. A child
+# that exits is seen at once, so the start bound only ends a hung one: generous, because on a loaded
+# machine the interpreter's imports alone have taken 40 s.
 SANDBOX_BOOKIES_MAX: Final = 32
-SANDBOX_BOOKIE_START_WAIT_S: Final = 30.0
+SANDBOX_BOOKIE_START_WAIT_S: Final = 90.0
 SANDBOX_BOOKIE_STOP_WAIT_S: Final = 30.0
 
 # Generated ledger ids whose node already exists (ledgers created under explicit ids or imported) are

@@ -17,6 +17,7 @@ from bkctl.commands.bookie import app
 from bkctl.commands.options import MetadataOption, confirm
 from bkctl.commands.output import Column, OutputFormat, OutputOption, message, resolve, write_json, write_rows
 from bkctl.commands.running import freeze_heap, run_until_stopped
+from bkctl.commands.sandbox_procs import die_with_parent
 from bkctl.errors import BkctlError, UsageError
 
 if TYPE_CHECKING:
@@ -236,6 +237,7 @@ def _run(config: BookieConfig, uri: str, port_file: Path | None, autorecovery: d
 
     reactor.callWhenRunning(begin)
     reactor.addSystemEventTrigger("before", "shutdown", stop)
+    reactor.callWhenRunning(die_with_parent)  # after the stop handlers: a dead sandbox's SIGTERM stops well
     run_until_stopped(reactor)
     if failure:
         error = failure[0]

@@ -5,11 +5,14 @@ sandbox runs, a supervisor on the reactor reaps any child that dies (no zombies)
 with its exit status or signal, and restarts it on the same directories and port after a backoff that
 doubles (a child that keeps dying is given up after a few tries a minute, and that is said too), unless
 `--no-restart` asks to leave it down (for recovery demos). Stop: SIGTERM to every child (each flushes and
-unregisters), a bounded wait, SIGKILL as a last resort.
+unregisters), a bounded wait, SIGKILL as a last resort. A sandbox that is itself killed (SIGKILL, OOM)
+cannot stop them, so each child is told its parent (`BKCTL_PARENT_PID`) and asks the kernel for a
+SIGTERM when that parent dies (`die_with_parent`): no bookie outlives its sandbox.
 """
 
 from __future__ import annotations
 
+import os
 import shlex
 import signal
 import subprocess
@@ -24,6 +27,8 @@ from bkctl.commands.output import message
 from bkctl.errors import TimeoutError_, UnavailableError
 
 ADMIN_KEY = "httpServerAdminEnabled"
+PARENT_PID_ENV = "BKCTL_PARENT_PID"
+_PR_SET_PDEATHSIG = 1  # format fact: linux/prctl.h
 START_WAIT_S = limits.SANDBOX_BOOKIE_START_WAIT_S
 STOP_WAIT_S = limits.SANDBOX_BOOKIE_STOP_WAIT_S
 CHECK_INTERVAL_S = 0.5  # local bound
@@ -70,6 +75,7 @@ class BookieChild:
             [sys.executable, "-m", *self.argv, "--port-file", str(self.port_file)],
             stdout=self.log,
             stderr=subprocess.STDOUT,
+            env={**os.environ, PARENT_PID_ENV: str(os.getpid())},
         )
 
     def serving_port(self) -> int | None:
@@ -103,6 +109,20 @@ class BookieChild:
                 self.proc.kill()
                 self.proc.wait(STOP_WAIT_S)
         self.log.close()
+
+
+def die_with_parent() -> None:
+    """In a sandbox's child: SIGTERM when the sandbox dies, whatever kills it (Linux's PDEATHSIG); a
+    parent already gone by now (its pid no longer ours) is the same signal, sent here."""
+    parent = os.environ.get(PARENT_PID_ENV, "")
+    if not parent.isdigit() or not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != int(parent):
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def exit_status(returncode: int) -> str:
