@@ -128,7 +128,9 @@ class ReadOnly(BookieEndpoint):
         try:
             body = json_body(request)
         except ValueError as exc:
-            return text(request, f"bad request body: {exc}", 400)
+            return text(request, f"bad request body: {exc}", 500)  # Java: its JSON parse error, a 500
+        if body is None:
+            return text(request, "bad request body: none", 500)  # Java parses "" and fails: 500
         if not isinstance(body, dict) or not isinstance(body.get("readOnly"), bool):
             return text(request, 'the body must be {"readOnly": true} or {"readOnly": false}', 400)
         wanted = body["readOnly"]
@@ -282,7 +284,9 @@ class ServerConfig(BookieEndpoint):
         try:
             body = json_body(request)
         except ValueError as exc:
-            return text(request, f"bad request body: {exc}", 400)
+            return text(request, f"bad request body: {exc}", 500)  # Java: its JSON parse error, a 500
+        if body is None:
+            return text(request, "Request body not found. should contains k-v pairs", 500)  # as Java
         if not isinstance(body, dict):
             return text(request, "Request body not found. should contains k-v pairs", 404)
         fixed = sorted(str(key) for key in body if key not in DYNAMIC_KEYS)
@@ -467,15 +471,20 @@ class ListLedgers(BookieEndpoint):
 
 
 class LedgerMetadataEndpoint(BookieEndpoint):
-    """`?ledger_id=N`: `{"N": <metadata>}`; an unknown ledger 404 (bkctl; Java: 500)."""
+    """`?ledger_id=N`: `{"N": <metadata>}`; an unknown ledger 500 (Java's), saying so."""
 
     def on_GET(self, request: Any) -> Any:
         ledger_id = _ledger_id(param(request, "ledger_id"))
         if ledger_id is None:
             return text(request, "Not found method. Should be GET method", 404)
-        return self.in_thread(
-            request, lambda layout: {str(ledger_id): java_metadata(layout.read_ledger(ledger_id).value)}
-        )
+
+        def read(layout: Layout) -> object:
+            try:
+                return {str(ledger_id): java_metadata(layout.read_ledger(ledger_id).value)}
+            except NotFoundError as exc:
+                return Reply(f"ERROR handling request: {exc}", 500, is_json=False)
+
+        return self.in_thread(request, read)
 
 
 class DeleteLedger(BookieEndpoint):
@@ -491,7 +500,11 @@ class DeleteLedger(BookieEndpoint):
             return text(request, "Not ledger found. Should provide ledger_id=<id>", 404)
 
         def delete(layout: Layout) -> str:
-            layout.read_ledger(ledger_id)  # NotFoundError -> 404
+            try:
+                layout.read_ledger(ledger_id)
+            except NotFoundError:  # Java answers 200: deleting a ledger that is not there succeeds
+                log.warning("admin http: ledger %d not deleted: no such ledger", ledger_id)
+                return f"Deleted ledger: {ledger_id}"
             layout.delete_ledger(ledger_id)
             log.warning("admin http: ledger %d deleted", ledger_id)
             return f"Deleted ledger: {ledger_id}"
@@ -503,7 +516,7 @@ class ReadLedgerEntries(BookieEndpoint):
     """`?ledger_id=N[&start_entry_id=S][&end_entry_id=E][&page=P]`: Java's `{"<entry id>": "<payload as
     ASCII>"}` (with `"Entries for page: ": "P"`), read through a ledger client as an administrator.
     At most PAGE entries an answer (Java reads the whole range: a big ledger would fill the bookie's
-    memory); an unknown ledger 404 (Java: 500)."""
+    memory); an unknown ledger 500 (Java's), saying so."""
 
     wrong_method = "Not found method. Should be GET method, with ledger_id provided"
     PAGE = 1000
@@ -542,9 +555,7 @@ class ReadLedgerEntries(BookieEndpoint):
 
         def failed(failure: Any) -> object:
             error = failure.value
-            if isinstance(error, NotFoundError):
-                return Reply(str(error), 404, is_json=False)
-            if isinstance(error, BkctlError):
+            if isinstance(error, BkctlError):  # an unknown ledger included: Java's 500
                 return Reply(f"ERROR handling request: {error}", 500, is_json=False)
             return failure
 

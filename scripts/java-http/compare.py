@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""Compare the admin HTTP answers of a Java BookKeeper bookie and a bkctl bookie of one cluster, request
+by request: the status code and, for JSON answers, the keys (bkctl may add keys; a key Java has and bkctl
+lacks, or another status, is a difference). scripts/java-interop-admin starts both and runs this; by
+hand: two running bookies with `httpServerEnabled=true` (bkctl's also `httpServerAdminEnabled=true`).
+
+Usage: compare.py JAVA_HOST:PORT BKCTL_HOST:PORT LEDGER JAVA_VICTIM BKCTL_VICTIM
+LEDGER is read by both; each VICTIM is a ledger that side deletes. Exit 0 when every answer matches, 3
+when some differ (listed), 2 for bad arguments. Listed but not counted: endpoints Java added after 4.14.8
+(sanity, compaction suspension, entry location compaction; 404 on a 4.14.8 bookie), GET /metrics when the
+Java bookie has no Prometheus stats provider (500 there), and answers Java changed later, where bkctl
+answers as the later Java (a PUT to gc reads its body from 4.16 on: bad JSON is 400 there, 4.14.8
+ignores the body). Keys that are data (a journal id in last_log_mark's, ledger and entry ids) are
+compared with their hex and decimal numbers as N; server_config's keys are each bookie's configuration,
+so only its status is compared.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import urllib.error
+import urllib.request
+
+BAD_JSON = b"{not json"
+LATER = "later"  # added to Java after 4.14.8: a 4.14.8 bookie answers 404
+NO_STATS = "no-stats"  # Java answers 500 without a stats provider that exports metrics
+NEWER = "as 4.16+"  # Java changed this answer after 4.14.8; bkctl answers as the later one
+OWN_KEYS = "own keys"  # the keys are the bookie's own configuration: the status only
+
+B = "/api/v1/bookie"
+AR = "/api/v1/autorecovery"
+L = "/api/v1/ledger"
+CONFIG = "/api/v1/config/server_config"
+
+# (method, path, body, note): what both bookies are asked, in this order. A body of bytes is sent as is;
+# anything else as JSON. {ledger}, {victim}: see the usage.
+REQUESTS: list[tuple[str, str, object, str | None]] = [
+    ("GET", "/heartbeat", None, None),
+    ("PUT", "/heartbeat", None, None),
+    ("GET", CONFIG, None, OWN_KEYS),
+    ("PUT", CONFIG, {"minorCompactionThreshold": "0.2"}, None),
+    ("PUT", CONFIG, BAD_JSON, None),
+    ("PUT", CONFIG, None, None),
+    ("DELETE", CONFIG, None, None),
+    ("GET", "/metrics", None, NO_STATS),
+    ("POST", "/metrics", None, None),
+    ("GET", f"{L}/list", None, None),
+    ("GET", f"{L}/list?print_metadata=true", None, None),
+    ("PUT", f"{L}/list", None, None),
+    ("GET", f"{L}/metadata?ledger_id={{ledger}}", None, None),
+    ("GET", f"{L}/metadata", None, None),
+    ("GET", f"{L}/metadata?ledger_id=987654321", None, None),
+    ("PUT", f"{L}/metadata?ledger_id={{ledger}}", None, None),
+    ("GET", f"{L}/read?ledger_id={{ledger}}&end_entry_id=9", None, None),
+    ("GET", f"{L}/read?ledger_id={{ledger}}&start_entry_id=5&end_entry_id=2", None, None),
+    ("GET", f"{L}/read?ledger_id=987654321", None, None),
+    ("GET", f"{L}/read", None, None),
+    ("PUT", f"{L}/read?ledger_id={{ledger}}", None, None),
+    ("GET", f"{L}/delete?ledger_id={{victim}}", None, None),
+    ("DELETE", f"{L}/delete", None, None),
+    ("DELETE", f"{L}/delete?ledger_id=987654321", None, None),
+    ("DELETE", f"{L}/delete?ledger_id={{victim}}", None, None),
+    ("GET", f"{B}/list_bookies", None, None),
+    ("GET", f"{B}/list_bookies?type=ro", None, None),
+    ("GET", f"{B}/list_bookies?type=rw&print_hostnames=true", None, None),
+    ("GET", f"{B}/list_bookies?type=nope", None, None),
+    ("PUT", f"{B}/list_bookies", None, None),
+    ("GET", f"{B}/list_bookie_info", None, None),
+    ("PUT", f"{B}/list_bookie_info", None, None),
+    ("GET", f"{B}/last_log_mark", None, None),
+    ("PUT", f"{B}/last_log_mark", None, None),
+    ("GET", f"{B}/list_disk_file", None, None),
+    ("GET", f"{B}/list_disk_file?file_type=journal", None, None),
+    ("PUT", f"{B}/list_disk_file", None, None),
+    ("PUT", f"{B}/expand_storage", None, None),
+    ("GET", f"{B}/expand_storage", None, None),
+    ("GET", f"{B}/gc", None, None),
+    ("PUT", f"{B}/gc", {}, None),
+    ("PUT", f"{B}/gc", BAD_JSON, NEWER),
+    ("DELETE", f"{B}/gc", None, None),
+    ("GET", f"{B}/gc_details", None, None),
+    ("PUT", f"{B}/gc_details", None, None),
+    ("GET", f"{B}/gc/suspend_compaction", None, LATER),
+    ("PUT", f"{B}/gc/suspend_compaction", {"suspendMajor": True}, LATER),
+    ("PUT", f"{B}/gc/resume_compaction", {"resumeMajor": True}, LATER),
+    ("GET", f"{B}/entry_location_compact", None, LATER),
+    ("GET", f"{B}/state", None, None),
+    ("PUT", f"{B}/state", None, None),
+    ("GET", f"{B}/state/readonly", None, None),
+    ("PUT", f"{B}/state/readonly", {"readOnly": True}, None),
+    ("GET", f"{B}/state", None, None),
+    ("GET", f"{B}/list_bookies?type=ro", None, None),
+    ("PUT", f"{B}/state/readonly", {"readOnly": False}, None),
+    ("PUT", f"{B}/state/readonly", BAD_JSON, None),
+    ("PUT", f"{B}/state/readonly", None, None),
+    ("DELETE", f"{B}/state/readonly", None, None),
+    ("GET", f"{B}/is_ready", None, None),
+    ("PUT", f"{B}/is_ready", None, None),
+    ("GET", f"{B}/sanity", None, LATER),
+    ("GET", f"{B}/info", None, None),
+    ("PUT", f"{B}/info", None, None),
+    ("GET", f"{B}/cluster_info", None, None),
+    ("PUT", f"{B}/cluster_info", None, None),
+    ("GET", f"{AR}/status", None, None),
+    ("PUT", f"{AR}/status", None, None),
+    ("PUT", f"{AR}/status?enabled=true", None, None),
+    ("DELETE", f"{AR}/status", None, None),
+    ("GET", f"{AR}/list_under_replicated_ledger", None, None),
+    ("GET", f"{AR}/list_under_replicated_ledger?printmissingreplica=true", None, None),
+    ("PUT", f"{AR}/list_under_replicated_ledger", None, None),
+    ("GET", f"{AR}/who_is_auditor", None, None),
+    ("PUT", f"{AR}/who_is_auditor", None, None),
+    ("GET", f"{AR}/lost_bookie_recovery_delay", None, None),
+    ("PUT", f"{AR}/lost_bookie_recovery_delay", {"delay_seconds": 30}, None),
+    ("GET", f"{AR}/lost_bookie_recovery_delay", None, None),
+    ("PUT", f"{AR}/lost_bookie_recovery_delay", BAD_JSON, None),
+    ("DELETE", f"{AR}/lost_bookie_recovery_delay", None, None),
+    ("PUT", f"{AR}/trigger_audit", None, None),
+    ("GET", f"{AR}/trigger_audit", None, None),
+    ("PUT", f"{AR}/decommission", None, None),
+    ("PUT", f"{AR}/decommission", BAD_JSON, None),
+    ("GET", f"{AR}/decommission", None, None),
+    ("PUT", f"{AR}/bookie", None, None),
+    ("PUT", f"{AR}/bookie", BAD_JSON, None),
+    ("GET", f"{AR}/bookie", None, None),
+    ("GET", "/api/v1/no/such/path", None, None),
+    ("GET", f"{B}/gc/nope", None, None),
+]
+
+
+def ask(endpoint: str, method: str, path: str, body: object) -> tuple[int, object]:
+    data = body if isinstance(body, bytes) else None if body is None else json.dumps(body).encode()
+    # JSON's content type: with urllib's default (a form) Jetty would take a PUT's body as parameters.
+    headers = {"Content-Type": "application/json"}
+    request = urllib.request.Request(f"http://{endpoint}{path}", data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            status, raw = answer.status, answer.read()
+    except urllib.error.HTTPError as error:
+        status, raw = error.code, error.read()
+    try:
+        return status, json.loads(raw)
+    except ValueError:
+        return status, None  # text: only the status is compared
+
+
+def keys(value: object) -> set[str]:
+    """A JSON answer's keys (of its first element for a list), numbers in them as N."""
+    if isinstance(value, list) and value and isinstance(value[0], dict):
+        value = value[0]
+    if not isinstance(value, dict):
+        return set()
+    return {NUMBER.sub("N", str(key)) for key in value}
+
+
+NUMBER = re.compile(r"\b(?=[0-9a-f]*[0-9])[0-9a-f]+\b")  # decimal or hex, with at least one digit
+
+
+def compare(java: str, bkctl: str, ledger: str, victims: tuple[str, str]) -> int:
+    """Print one line a request; the number of differences."""
+    differences = expected = 0
+    for method, template, body, note in REQUESTS:
+        java_path = template.format(ledger=ledger, victim=victims[0])
+        our_path = template.format(ledger=ledger, victim=victims[1])
+        java_status, java_json = ask(java, method, java_path, body)
+        our_status, our_json = ask(bkctl, method, our_path, body)
+        missing = set() if note == OWN_KEYS else keys(java_json) - keys(our_json)
+        same = java_status == our_status and not missing
+        known = (
+            (note == LATER and java_status == 404)
+            or (note == NO_STATS and java_status == 500)
+            or note == NEWER
+        )
+        shown = template.replace("{ledger}", "L").replace("{victim}", "V")
+        shown += " <bad json>" if body == BAD_JSON else f" {json.dumps(body)}" if body is not None else ""
+        if same:
+            verdict, tail = "ok  ", ""
+        else:
+            verdict = "know" if known else "DIFF"
+            tail = f"  <- bkctl {our_status}" + (f", lacks {sorted(missing)}" if missing else "")
+            tail += f" ({note})" if known else ""
+            differences += not known
+            expected += known
+        print(f"{verdict} {method:6} {shown:78} java {java_status}{tail}")
+    total = len(REQUESTS)
+    print(
+        f"{total - differences - expected} of {total} answers match, {expected} differ as known (Java "
+        f"4.14.8 lacks the endpoint or a stats provider, or bkctl answers as a later Java), "
+        f"{differences} differences",
+        file=sys.stderr,
+    )
+    return differences
+
+
+def main() -> int:
+    if len(sys.argv) != 6:
+        print((__doc__ or "").split("\n\n")[1], file=sys.stderr)
+        return 2
+    java, bkctl, ledger, java_victim, bkctl_victim = sys.argv[1:]
+    return 3 if compare(java, bkctl, ledger, (java_victim, bkctl_victim)) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
