@@ -26,6 +26,7 @@ from tests.server_net.wire_client import WireClient
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD = REPO / "examples" / "grafana" / "bookkeeper.json"
+DAEMON_HOST = "127.0.0.2"  # not the default (127.0.0.1): Prometheus finds the daemon where its conf says
 QUERY_WAIT_S = 90.0  # a busy machine: two scrapes a second, rates over a 1 m window need two samples
 
 
@@ -50,9 +51,12 @@ OP_STAT_QUERIES = [
 ]
 
 
-def start_daemon(uri: str) -> tuple[subprocess.Popen[str], int]:
+def start_daemon(uri: str, conf: Path) -> tuple[subprocess.Popen[str], int]:
+    """The daemon, its HTTP server on DAEMON_HOST (its conf's httpServerHost); its port."""
+    conf.write_text(f"httpServerHost={DAEMON_HOST}\n")
+    command = ["autorecovery", "start", "--metadata", uri, "--http-port", "0", "--conf", str(conf)]
     daemon = subprocess.Popen(
-        [sys.executable, "-m", "bkctl", "autorecovery", "start", "--metadata", uri, "--http-port", "0"],
+        [sys.executable, "-m", "bkctl", *command],
         cwd=REPO,
         text=True,
         stderr=subprocess.PIPE,
@@ -64,7 +68,7 @@ def start_daemon(uri: str) -> tuple[subprocess.Popen[str], int]:
     deadline = time.monotonic() + WAIT_S * 2
     while time.monotonic() < deadline:
         for line in list(lines):
-            match = re.search(r"metrics on 127\.0\.0\.1:(\d+)", line)
+            match = re.search(rf"metrics on {re.escape(DAEMON_HOST)}:(\d+)", line)
             if match:
                 return daemon, int(match.group(1))
         assert daemon.poll() is None, "".join(lines)
@@ -138,8 +142,8 @@ async def test_every_dashboard_query_returns_data(tmp_path: Path) -> None:
     try:
         assert service.gc is not None
         await service.gc.trigger(force_major=True)
-        daemon, daemon_port = await in_thread(start_daemon, uri)
-        targets = [f"127.0.0.1:{service.http_port}", f"127.0.0.1:{daemon_port}"]
+        daemon, daemon_port = await in_thread(start_daemon, uri, tmp_path / "daemon.conf")
+        targets = [f"127.0.0.1:{service.http_port}", f"{DAEMON_HOST}:{daemon_port}"]
         prometheus, port = await in_thread(start_prometheus, tmp_path, targets)
 
         def traffic_and_queries() -> dict[str, list[Any]]:
