@@ -1,5 +1,6 @@
 /*
- * Runs Java BookKeeper's bookie (org.apache.bookkeeper.server.Main) with its admin HTTP API served by
+ * Runs Java BookKeeper's bookie (org.apache.bookkeeper.server.Main; -Dmain=autorecovery: its
+ * AutoRecoveryMain, which serves the same API) with its admin HTTP API served by
  * Jetty through BookKeeper's own servlet adapter (bookkeeper-http/servlet-http-server), for builds that
  * have no Vert.x: the bookie's configuration sets
  * httpServerClass=org.apache.bookkeeper.http.servlet.BookieServletHttpServer, which only holds the
@@ -70,6 +71,10 @@ public final class Launcher {
         jetty.start();
         System.err.println("Launcher: HTTP on " + connector.getHost() + ":" + connector.getLocalPort()
             + ", provider class " + BookieServletHttpServer.class.getName());
-        org.apache.bookkeeper.server.Main.main(args);
+        if ("autorecovery".equals(System.getProperty("main"))) {
+            org.apache.bookkeeper.replication.AutoRecoveryMain.main(args);
+        } else {
+            org.apache.bookkeeper.server.Main.main(args);
+        }
     }
 }
