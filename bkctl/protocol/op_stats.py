@@ -72,7 +72,7 @@ class OpStat:
     """One operation's counts and sums since start (success and failure) and the quantiles of the last
     complete window of `window_s` seconds."""
 
-    __slots__ = ("_clock", "_current", "_published", "_started", "counts", "sums", "window_s")
+    __slots__ = ("_clock", "_current", "_published", "_quantiles", "_started", "counts", "sums", "window_s")
 
     def __init__(self, window_s: float = ROLLOVER_S, clock: Callable[[], float] = time.monotonic) -> None:
         self.window_s = window_s
@@ -80,28 +80,32 @@ class OpStat:
         self._started = clock()
         self._current = (Sketch(), Sketch())  # (failed, succeeded), as `success` False, True
         self._published = (Sketch(), Sketch())
+        self._quantiles: list[list[float] | None] = [None, None]  # of _published, computed once a window
         self.counts = [0, 0]
         self.sums = [0.0, 0.0]
 
     def observe(self, success: bool, value: float, weight: int = 1) -> None:
         """`weight` events of `value` (ms for a latency, a count or size for a value stat)."""
-        self._roll()
+        if self._clock() - self._started >= self.window_s:
+            self._roll()
         self._current[success].add(value, weight)
         self.counts[success] += weight
         self.sums[success] += value * weight
 
     def quantiles(self, success: bool) -> list[float]:
-        self._roll()
-        return self._published[success].quantiles()
+        if self._clock() - self._started >= self.window_s:
+            self._roll()
+        cached = self._quantiles[success]
+        if cached is None:
+            cached = self._quantiles[success] = self._published[success].quantiles()
+        return cached
 
     def _roll(self) -> None:
-        elapsed = self._clock() - self._started
-        if elapsed < self.window_s:
-            return
-        windows = int(elapsed // self.window_s)
+        windows = int((self._clock() - self._started) // self.window_s)
         # The window that just ended is published; if more than one ended, the last one saw nothing.
         self._published = self._current if windows == 1 else (Sketch(), Sketch())
         self._current = (Sketch(), Sketch())
+        self._quantiles = [None, None]
         self._started += windows * self.window_s
 
 
