@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Compare the admin HTTP answers of a Java BookKeeper bookie and a bkctl bookie of one cluster, request
-by request: the status code and, for JSON answers, the keys (bkctl may add keys; a key Java has and bkctl
-lacks, or another status, is a difference). scripts/java-interop-admin starts both and runs this; by
+by request: the status code, whether the answer is JSON and of which kind (object, string, ...), and for
+objects the keys and their values' kinds (bkctl may add keys; another status or kind, or a key Java has and
+bkctl lacks, is a difference). scripts/java-interop-admin starts both and runs this; by
 hand: two running bookies with `httpServerEnabled=true` (bkctl's also `httpServerAdminEnabled=true`).
 
 Usage: compare.py JAVA_HOST:PORT BKCTL_HOST:PORT LEDGER JAVA_VICTIM BKCTL_VICTIM
@@ -54,6 +55,7 @@ REQUESTS: list[tuple[str, str, object, str | None]] = [
     ("POST", "/metrics", None, None),
     ("GET", f"{L}/list", None, None),
     ("GET", f"{L}/list?print_metadata=true", None, None),
+    ("GET", f"{L}/list?print_metadata=true&decode_meta=true", None, None),
     ("PUT", f"{L}/list", None, None),
     ("GET", f"{L}/metadata?ledger_id={{ledger}}", None, None),
     ("GET", f"{L}/metadata", None, None),
@@ -139,6 +141,9 @@ REQUESTS: list[tuple[str, str, object, str | None]] = [
 ]
 
 
+TEXT = object()  # an answer that is not JSON (Java's plain sentences, an empty body)
+
+
 def ask(endpoint: str, method: str, path: str, body: object) -> tuple[int, object]:
     data = body if isinstance(body, bytes) else None if body is None else json.dumps(body).encode()
     # JSON's content type: with urllib's default (a form) Jetty would take a PUT's body as parameters.
@@ -152,19 +157,45 @@ def ask(endpoint: str, method: str, path: str, body: object) -> tuple[int, objec
     try:
         return status, json.loads(raw)
     except ValueError:
-        return status, None  # text: only the status is compared
+        return status, TEXT
 
 
-def keys(value: object) -> set[str]:
-    """A JSON answer's keys (of its first element for a list), numbers in them as N."""
+def kind(value: object) -> str:
+    if value is TEXT:
+        return "text"
+    for name, types in (("bool", bool), ("number", int | float), ("string", str), ("list", list)):
+        if isinstance(value, types):
+            return name
+    return "object" if isinstance(value, dict) else "null"
+
+
+def fields(value: object) -> dict[str, object]:
+    """A JSON answer's keys (of its first element for a list), numbers in them as N -> their values."""
     if isinstance(value, list) and value and isinstance(value[0], dict):
         value = value[0]
     if not isinstance(value, dict):
-        return set()
-    return {NUMBER.sub("N", str(key)) for key in value}
+        return {}
+    return {NUMBER.sub("N", str(key)): item for key, item in value.items()}
 
 
 NUMBER = re.compile(r"\b(?=[0-9a-f]*[0-9])[0-9a-f]+\b")  # decimal or hex, with at least one digit
+
+
+def shape_differences(java: object, ours: object, own_keys: bool, path: str = "") -> list[str]:
+    """How bkctl's answer differs in shape from Java's: its kind (text, object, string...), a key Java
+    has that bkctl lacks, a key whose value has another kind, down the objects both have. Extra bkctl
+    keys are allowed; null matches anything (Java writes null for what it has not)."""
+    if java is None or ours is None:
+        return []
+    if kind(java) != kind(ours):
+        return [f"{path.rstrip('.') or 'answer'} is {kind(ours)}, java {kind(java)}"]
+    if own_keys:
+        return []
+    java_fields, our_fields = fields(java), fields(ours)
+    found = [f"lacks {path}{key!r}" for key in sorted(set(java_fields) - set(our_fields))]
+    for key in sorted(set(java_fields) & set(our_fields)):
+        found += shape_differences(java_fields[key], our_fields[key], False, f"{path}{key!r}.")
+    return found
 
 
 def daemon_requests() -> list[tuple[str, str, object, str | None]]:
@@ -185,8 +216,8 @@ def compare(
         our_path = template.format(ledger=ledger, victim=victims[1])
         java_status, java_json = ask(java, method, java_path, body)
         our_status, our_json = ask(bkctl, method, our_path, body)
-        missing = set() if note == OWN_KEYS else keys(java_json) - keys(our_json)
-        same = java_status == our_status and not missing
+        shape = shape_differences(java_json, our_json, note == OWN_KEYS)
+        same = java_status == our_status and not shape
         known = (
             (note == LATER and java_status == 404)
             or (note == NO_STATS and java_status == 500)
@@ -198,7 +229,7 @@ def compare(
             verdict, tail = "ok  ", ""
         else:
             verdict = "know" if known else "DIFF"
-            tail = f"  <- bkctl {our_status}" + (f", lacks {sorted(missing)}" if missing else "")
+            tail = f"  <- bkctl {our_status}" + "".join(f", {what}" for what in shape)
             tail += f" ({note})" if known else ""
             differences += not known
             expected += known

@@ -153,7 +153,17 @@ async def test_bookie_endpoints(tmp_path: Path) -> None:
             # Ledgers, from the metadata store.
             assert call_json(port, "GET", "/api/v1/ledger/list") == (200, {str(ledger_id): None})
             code, listed = call_json(port, "GET", "/api/v1/ledger/list?print_metadata=true")
-            assert code == 200 and listed[str(ledger_id)]["allEnsembles"] == {"0": [service.bookie_id]}
+            serialized = listed[str(ledger_id)]  # Java's: LedgerMetadataSerDe's bytes as a string
+            assert code == 200 and serialized.startswith("BookieMetadataFormatVersion\t3\n")
+            assert service.bookie_id in serialized
+            decoded = "/api/v1/ledger/list?print_metadata=true&decode_meta=true"
+            code, listed = call_json(port, "GET", decoded)
+            assert code == 200 and listed[str(ledger_id)]["allEnsembles"] == {
+                "0": [{"id": service.bookie_id}]
+            }
+            assert (
+                listed[str(ledger_id)]["ledgerId"] == ledger_id and listed[str(ledger_id)]["password"] is None
+            )
             code, one = call_json(port, "GET", f"/api/v1/ledger/metadata?ledger_id={ledger_id}")
             assert code == 200 and one[str(ledger_id)]["ensembleSize"] == 1
             assert call(port, "GET", "/api/v1/ledger/metadata?ledger_id=999999")[0] == 500  # Java's
