@@ -24,6 +24,8 @@ MIN_VALUE: Final = 1e-3  # 1 microsecond in ms: smaller values (and 0) share one
 MAX_VALUE: Final = 1e9  # about 11 days in ms: larger values are counted as this
 _LOG_GAMMA: Final = math.log(GAMMA)
 _ZERO: Final = math.ceil(math.log(MIN_VALUE) / _LOG_GAMMA) - 1  # the bucket below MIN_VALUE
+# local bound: the most buckets a sketch can hold (about 1400: one per 2 % from MIN_VALUE to MAX_VALUE)
+BUCKETS_MAX: Final = math.ceil(math.log(MAX_VALUE) / _LOG_GAMMA) - _ZERO + 1
 
 
 class Sketch:
