@@ -170,9 +170,7 @@ def kind(value: object) -> str:
 
 
 def fields(value: object) -> dict[str, object]:
-    """A JSON answer's keys (of its first element for a list), numbers in them as N -> their values."""
-    if isinstance(value, list) and value and isinstance(value[0], dict):
-        value = value[0]
+    """An object's keys, numbers in them as N -> their values."""
     if not isinstance(value, dict):
         return {}
     return {NUMBER.sub("N", str(key)): item for key, item in value.items()}
@@ -183,7 +181,8 @@ NUMBER = re.compile(r"\b(?=[0-9a-f]*[0-9])[0-9a-f]+\b")  # decimal or hex, with 
 
 def shape_differences(java: object, ours: object, own_keys: bool, path: str = "") -> list[str]:
     """How bkctl's answer differs in shape from Java's: its kind (text, object, string...), a key Java
-    has that bkctl lacks, a key whose value has another kind, down the objects both have. Extra bkctl
+    has that bkctl lacks, a key whose value has another kind, down the objects and lists (their first
+    elements) both have. Extra bkctl
     keys are allowed; null matches anything (Java writes null for what it has not)."""
     if java is None or ours is None:
         return []
@@ -191,6 +190,8 @@ def shape_differences(java: object, ours: object, own_keys: bool, path: str = ""
         return [f"{path.rstrip('.') or 'answer'} is {kind(ours)}, java {kind(java)}"]
     if own_keys:
         return []
+    if isinstance(java, list) and isinstance(ours, list):  # by their first elements
+        return shape_differences(java[0], ours[0], False, f"{path}[0].") if java and ours else []
     java_fields, our_fields = fields(java), fields(ours)
     found = [f"lacks {path}{key!r}" for key in sorted(set(java_fields) - set(our_fields))]
     for key in sorted(set(java_fields) & set(our_fields)):
