@@ -227,7 +227,7 @@ class Decommission(LayoutEndpoint):
             request,
             "Exception when send decommission command.",
             "Null request body for DecommissionService.",
-            404,
+            500,  # Java: no body and bad JSON both fail its JSON parse, a 500
         )
         if isinstance(body, bytes):
             return body

@@ -90,8 +90,12 @@ def path_node(parent: Any, *names: bytes) -> Any:
 
 
 class Heartbeat(Endpoint):
+    """`OK` to any method, as Java's HeartbeatService."""
+
     def on_GET(self, request: Any) -> bytes:
         return text(request, "OK\n")
+
+    on_PUT = on_POST = on_DELETE = on_GET
 
 
 NOT_FOUND: Any = NotFound()  # type: ignore[no-untyped-call]

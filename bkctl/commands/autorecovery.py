@@ -225,7 +225,10 @@ def start(
     http_port: Annotated[
         int | None,
         typer.Option(
-            "--http-port", min=0, max=65535, help="Serve /metrics and the admin HTTP API on 127.0.0.1 here."
+            "--http-port",
+            min=0,
+            max=65535,
+            help="Serve /metrics and the admin HTTP API here, on the conf's httpServerHost (127.0.0.1).",
         ),
     ] = None,
 ) -> None:
@@ -288,9 +291,11 @@ def run_daemon(
                     AdminClient(layout, daemon_id, reactor, properties)
                 )  # recover, decommission
                 site = metrics_site(daemon, layout, admin, recoveries[0])
-                listener = reactor.listenTCP(http_port, site, interface="127.0.0.1")
+                # Loopback unless the conf names an address: the port serves admin endpoints too.
+                host = properties.get("httpServerHost", "").strip() or "127.0.0.1"
+                listener = reactor.listenTCP(http_port, site, interface=host)
                 port = listener.getHost().port
-                where = f" (metrics on 127.0.0.1:{port}/metrics, and /api/v1/autorecovery/*)"
+                where = f" (metrics on {host}:{port}/metrics, and /api/v1/autorecovery/*)"
             message(f"autorecovery daemon {daemon_id} running on {uri}{where}")
 
         def stop() -> Any:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
+
+from bkctl.protocol.op_stats import QUANTILES, summary_lines
 
 CONTENT_TYPE = b"text/plain; version=0.0.4; charset=utf-8"
 
@@ -23,13 +26,13 @@ def metric(name: str, kind: str, help_text: str, value: float, labels: str = "")
 def summary(
     name: str, help_text: str, count: int, sum_ms: float | None = None, failed: int | None = None
 ) -> Iterator[str]:
-    """Java's OpStatsLogger: `_count{success="true"}` (and `_sum` in ms when bkctl times it)."""
-    yield family(name, "summary", help_text)
-    yield f'{name}_count{{success="true"}} {count}\n'
-    if sum_ms is not None:
-        yield f'{name}_sum{{success="true"}} {number(sum_ms)}\n'
-    if failed is not None:
-        yield f'{name}_count{{success="false"}} {failed}\n'
+    """Java's OpStatsLogger series for what bkctl counts but does not time (op_stats.op_stat_lines for
+    what it times): quantiles NaN (Java's value for a window without data), `_sum` NaN unless known
+    (ms), failures 0 unless counted."""
+    nan = [math.nan] * len(QUANTILES)
+    failures = (nan, failed or 0, math.nan if failed else 0.0)
+    successes = (nan, count, math.nan if sum_ms is None else sum_ms)
+    yield from summary_lines(name, help_text, [failures, successes])
 
 
 def number(value: float) -> str:

@@ -8,6 +8,7 @@ them. What reads the metadata store runs in a pool thread. See docs/bookie.md, "
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 import logging
@@ -31,6 +32,7 @@ from bkctl.admin.http_endpoint import (
 from bkctl.errors import BkctlError, ConflictError, NotFoundError, UsageError
 from bkctl.metadata.layout import Layout
 from bkctl.model import LedgerMetadata, LedgerState
+from bkctl.protocol.metadata_format import encode_ledger_metadata
 from bkctl.server import cookies
 from bkctl.server.config import KEYS, BookieConfig
 from bkctl.server.gc import GarbageCollector
@@ -128,7 +130,9 @@ class ReadOnly(BookieEndpoint):
         try:
             body = json_body(request)
         except ValueError as exc:
-            return text(request, f"bad request body: {exc}", 400)
+            return text(request, f"bad request body: {exc}", 500)  # Java: its JSON parse error, a 500
+        if body is None:
+            return text(request, "bad request body: none", 500)  # Java parses "" and fails: 500
         if not isinstance(body, dict) or not isinstance(body.get("readOnly"), bool):
             return text(request, 'the body must be {"readOnly": true} or {"readOnly": false}', 400)
         wanted = body["readOnly"]
@@ -282,7 +286,9 @@ class ServerConfig(BookieEndpoint):
         try:
             body = json_body(request)
         except ValueError as exc:
-            return text(request, f"bad request body: {exc}", 400)
+            return text(request, f"bad request body: {exc}", 500)  # Java: its JSON parse error, a 500
+        if body is None:
+            return text(request, "Request body not found. should contains k-v pairs", 500)  # as Java
         if not isinstance(body, dict):
             return text(request, "Request body not found. should contains k-v pairs", 404)
         fixed = sorted(str(key) for key in body if key not in DYNAMIC_KEYS)
@@ -443,12 +449,15 @@ def cluster_info(layout: Layout) -> dict[str, Any]:
 
 
 class ListLedgers(BookieEndpoint):
-    """`{"<id>": null}`, or with `?print_metadata=true` (`&page=N`, 100 a page) each ledger's metadata."""
+    """`{"<id>": null}`, or with `?print_metadata=true` (`&page=N`, 100 a page) each ledger's metadata:
+    Java's serialized form as a string (its LedgerMetadataSerDe bytes read as UTF-8), or with
+    `&decode_meta=true` as JSON fields. The password is left out of both."""
 
     PAGE = 100
 
     def on_GET(self, request: Any) -> Any:
         with_metadata = param(request, "print_metadata") == "true"
+        decode = param(request, "decode_meta") == "true"
         page_text = param(request, "page")
         try:
             page = int(page_text) if with_metadata and page_text is not None else -1
@@ -461,21 +470,26 @@ class ListLedgers(BookieEndpoint):
                 return {str(i): None for i in ids}
             if page > 0:
                 ids = ids[(page - 1) * self.PAGE : page * self.PAGE]
-            return {str(i): java_metadata(layout.read_ledger(i).value) for i in ids}
+            return {str(i): shown(i, layout.read_ledger(i).value, decode) for i in ids}
 
         return self.in_thread(request, listed)
 
 
 class LedgerMetadataEndpoint(BookieEndpoint):
-    """`?ledger_id=N`: `{"N": <metadata>}`; an unknown ledger 404 (bkctl; Java: 500)."""
+    """`?ledger_id=N`: `{"N": <metadata>}`; an unknown ledger 500 (Java's), saying so."""
 
     def on_GET(self, request: Any) -> Any:
         ledger_id = _ledger_id(param(request, "ledger_id"))
         if ledger_id is None:
             return text(request, "Not found method. Should be GET method", 404)
-        return self.in_thread(
-            request, lambda layout: {str(ledger_id): java_metadata(layout.read_ledger(ledger_id).value)}
-        )
+
+        def read(layout: Layout) -> object:
+            try:
+                return {str(ledger_id): java_metadata(ledger_id, layout.read_ledger(ledger_id).value)}
+            except NotFoundError as exc:
+                return Reply(f"ERROR handling request: {exc}", 500, is_json=False)
+
+        return self.in_thread(request, read)
 
 
 class DeleteLedger(BookieEndpoint):
@@ -491,7 +505,11 @@ class DeleteLedger(BookieEndpoint):
             return text(request, "Not ledger found. Should provide ledger_id=<id>", 404)
 
         def delete(layout: Layout) -> str:
-            layout.read_ledger(ledger_id)  # NotFoundError -> 404
+            try:
+                layout.read_ledger(ledger_id)
+            except NotFoundError:  # Java answers 200: deleting a ledger that is not there succeeds
+                log.warning("admin http: ledger %d not deleted: no such ledger", ledger_id)
+                return f"Deleted ledger: {ledger_id}"
             layout.delete_ledger(ledger_id)
             log.warning("admin http: ledger %d deleted", ledger_id)
             return f"Deleted ledger: {ledger_id}"
@@ -503,7 +521,7 @@ class ReadLedgerEntries(BookieEndpoint):
     """`?ledger_id=N[&start_entry_id=S][&end_entry_id=E][&page=P]`: Java's `{"<entry id>": "<payload as
     ASCII>"}` (with `"Entries for page: ": "P"`), read through a ledger client as an administrator.
     At most PAGE entries an answer (Java reads the whole range: a big ledger would fill the bookie's
-    memory); an unknown ledger 404 (Java: 500)."""
+    memory); an unknown ledger 500 (Java's), saying so."""
 
     wrong_method = "Not found method. Should be GET method, with ledger_id provided"
     PAGE = 1000
@@ -542,9 +560,7 @@ class ReadLedgerEntries(BookieEndpoint):
 
         def failed(failure: Any) -> object:
             error = failure.value
-            if isinstance(error, NotFoundError):
-                return Reply(str(error), 404, is_json=False)
-            if isinstance(error, BkctlError):
+            if isinstance(error, BkctlError):  # an unknown ledger included: Java's 500
                 return Reply(f"ERROR handling request: {error}", 500, is_json=False)
             return failure
 
@@ -558,20 +574,32 @@ def _ledger_id(value: str | None) -> int | None:
         return None
 
 
-def java_metadata(md: LedgerMetadata) -> dict[str, Any]:
-    """The fields Jackson writes of Java's LedgerMetadataImpl (the password left out)."""
+def shown(ledger_id: int, md: LedgerMetadata, decode: bool) -> object:
+    """list's metadata: Java's JSON fields, or (its default) `new String(serDe.serialize(md), UTF_8)`,
+    without the password."""
+    if decode:
+        return java_metadata(ledger_id, md)
+    return encode_ledger_metadata(dataclasses.replace(md, password=None)).decode("utf-8", "replace")
+
+
+def java_metadata(ledger_id: int, md: LedgerMetadata) -> dict[str, Any]:
+    """What Jackson writes of Java's LedgerMetadataImpl, in its order; the password is null (Java writes
+    it, base64: an HTTP answer is no place for it)."""
     return {
+        "ledgerId": ledger_id,
         "metadataFormatVersion": 3,
         "ensembleSize": md.ensemble_size,
         "writeQuorumSize": md.write_quorum,
         "ackQuorumSize": md.ack_quorum,
-        "lastEntryId": md.last_entry_id,
-        "length": md.length,
-        "digestType": md.digest.name if md.digest is not None else None,
         "state": md.state.name,
-        "closed": md.state is LedgerState.CLOSED,
+        "length": md.length,
+        "lastEntryId": md.last_entry_id,
         "ctime": md.ctime if md.ctime is not None else -1,
-        "cToken": md.c_token if md.c_token is not None else -1,
-        "allEnsembles": {str(s.first_entry_id): list(s.ensemble) for s in md.segments},
-        "customMetadata": {key: value.decode("utf-8", "replace") for key, value in md.custom_metadata},
+        "digestType": md.digest.name if md.digest is not None else None,
+        "password": None,
+        "customMetadata": {key: base64.b64encode(value).decode() for key, value in md.custom_metadata},
+        "closed": md.state is LedgerState.CLOSED,
+        # A BookieId is an object to Jackson: {"id": "host:port"}.
+        "allEnsembles": {str(s.first_entry_id): [{"id": b} for b in s.ensemble] for s in md.segments},
+        "ctoken": md.c_token if md.c_token is not None else -1,
     }

@@ -47,6 +47,7 @@ class BookieConfig:
     http_host: str | None = None  # httpServerHost; None: the bookie's own listen address
     http_admin_enabled: bool = False  # httpServerAdminEnabled (bkctl): the endpoints that change things
     persist_bookie_status: bool = False  # persistBookieStatusEnabled: the operator's switch survives restarts
+    stats_rollover_s: int = 60  # prometheusStatsLatencyRolloverSeconds: the op stats' quantile window
     journal_dirs: tuple[Path, ...] = (Path("/tmp/bk-txn"),)
     ledger_dirs: tuple[Path, ...] = (Path("/tmp/bk-data"),)
     index_dirs: tuple[Path, ...] | None = None  # None: the ledger directories
@@ -197,6 +198,7 @@ KEYS: Final[Mapping[str, Setter]] = {
     "httpServerHost": _field("http_host", _text),
     "httpServerAdminEnabled": _field("http_admin_enabled", _bool),
     "persistBookieStatusEnabled": _field("persist_bookie_status", _bool),
+    "prometheusStatsLatencyRolloverSeconds": _field("stats_rollover_s", lambda k, v: _int(k, v, 1, 86_400)),
     "journalDirectories": _field("journal_dirs", _dirs),
     "journalDirectory": _field("journal_dirs", _dirs),
     "ledgerDirectories": _field("ledger_dirs", _dirs),

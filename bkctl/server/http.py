@@ -253,8 +253,8 @@ def _walk(node: Any) -> Iterator[Any]:
 
 def prometheus_lines(bookie: BookieView) -> Iterator[str]:
     """Every metric of the bookie, in Prometheus text format: Java's names, then bkctl's own."""
-    yield from bookie_lines(bookie.state == "read-write", bookie.storage, bookie.gc)
     net = bookie.network_metrics
+    yield from bookie_lines(bookie.state == "read-write", bookie.storage, bookie.gc, net)
     read_only = 1 if bookie.state == "read-only" else 0
     yield from metric(
         "bkctl_bookie_info", "gauge", "Bookie identity.", 1, f'{{id="{_label(bookie.bookie_id)}"}}'

@@ -1,8 +1,12 @@
 """The bookie's counters under Java BookKeeper's Prometheus names (what its PrometheusMetricsProvider
-writes: scopes joined with `_`, an OpStatsLogger as a summary with a `success` label on `_count` and
-`_sum`, sums in milliseconds), so the dashboards and alert rules written for Java bookies work.
+writes: scopes joined with `_`, an OpStatsLogger as a summary with `success="false"|"true"` series of
+quantiles, `_count` and `_sum`, sums in milliseconds), so the dashboards and alert rules written for
+Java bookies work.
 
-Only what bkctl measures is written: a summary without a timing has `_count` only, and no quantiles.
+Timed (protocol/op_stats.py, quantiles of the last 60 s window or `prometheusStatsLatencyRolloverSeconds`):
+adds from journal append to durable (every entry of a journal batch at the batch's oldest wait, an upper
+bound), plain reads, fdatasyncs and entries per fdatasync. A summary bkctl only counts has NaN quantiles
+(Java's value for a window without data) and a NaN `_sum`.
 tests/data/java_metrics.txt lists Java's names and types (scripts/java-metric-names); bkctl's own metrics
 are prefixed `bkctl_` (server/http.py). docs/bookie.md maps each to what it counts.
 """
@@ -12,13 +16,20 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from bkctl.protocol.op_stats import op_stat_lines
 from bkctl.protocol.prometheus import metric, summary
+from bkctl.server.connection import NetworkMetrics
 from bkctl.server.gc import GarbageCollector
 from bkctl.server.storage import Storage
 
 
-def bookie_lines(writable: bool, storage: Storage | None, gc: GarbageCollector | None) -> Iterator[str]:
+def bookie_lines(
+    writable: bool, storage: Storage | None, gc: GarbageCollector | None, network: NetworkMetrics
+) -> Iterator[str]:
     yield from metric("bookie_SERVER_STATUS", "gauge", "1 writable, 0 read-only.", 1 if writable else 0)
+    reads = network.read_latency
+    yield from op_stat_lines("bookie_BOOKIE_READ_ENTRY", "Reads of the storage (ms).", reads)
+    yield from op_stat_lines("bookkeeper_server_READ_ENTRY_REQUEST", "Read requests (ms).", reads)
     if storage is not None:
         yield from _storage_lines(storage)
     if gc is not None:
@@ -30,20 +41,18 @@ def _storage_lines(storage: Storage) -> Iterator[str]:
     writable_dirs = 0 if storage.disk_full else len(storage.config.ledger_dirs)
     yield from metric("bookie_ledger_writable_dirs", "gauge", "Ledger directories not full.", writable_dirs)
     yield from metric("bookie_WRITE_BYTES", "counter", "Entry bytes of accepted adds.", m.bytes_written)
-    yield from summary("bookie_BOOKIE_ADD_ENTRY", "Adds accepted by the storage.", m.adds)
-    yield from summary("bookie_BOOKIE_READ_ENTRY", "Reads answered by the storage.", m.reads)
-    yield from summary("bookkeeper_server_ADD_ENTRY_REQUEST", "Add requests accepted.", m.adds)
-    yield from summary("bookkeeper_server_READ_ENTRY_REQUEST", "Read requests.", m.reads)
-    yield from summary("bookkeeper_server_READ_ENTRY_FENCE_REQUEST", "Fencing reads.", m.fences)
-    yield from summary("bookie_journal_JOURNAL_ADD_ENTRY", "Adds written to the journal.", m.adds)
-    yield from summary(
-        "bookie_journal_JOURNAL_SYNC", "Journal fdatasyncs (sum: ms).", m.fsyncs, m.fsync_latency_sum_ms
+    yield from summary("bookie_BOOKIE_ADD_ENTRY", "Adds accepted by the storage (not timed).", m.adds)
+    adds = m.add_latency
+    yield from op_stat_lines("bookkeeper_server_ADD_ENTRY_REQUEST", "Adds, request to durable (ms).", adds)
+    yield from op_stat_lines(
+        "bookie_journal_JOURNAL_ADD_ENTRY", "Journal records, append to durable (ms).", m.journal_add_latency
     )
-    yield from summary(
+    yield from summary("bookkeeper_server_READ_ENTRY_FENCE_REQUEST", "Fencing reads (not timed).", m.fences)
+    yield from op_stat_lines("bookie_journal_JOURNAL_SYNC", "Journal fdatasyncs (ms).", m.fsync_latency)
+    yield from op_stat_lines(
         "bookie_journal_JOURNAL_FORCE_WRITE_BATCH_ENTRIES",
         "Entries made durable per fdatasync.",
-        m.fsyncs,
-        m.entries_per_fsync,
+        m.fsync_entries,
     )
     yield from metric(
         "bookie_journal_JOURNAL_QUEUE_SIZE",

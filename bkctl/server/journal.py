@@ -64,6 +64,7 @@ class SyncRequest:
     mark: Mark  # journal position this request makes durable
     directory_fd: int = -1  # a new journal's directory, fsynced once so the file name is durable
     close_after: bool = False  # the last request of a rolled (or stopped) journal closes its file
+    first_append: float = 0.0  # perf_counter of its group's first record (the add latency metrics)
 
 
 @dataclass
@@ -74,6 +75,7 @@ class SyncBatch:
     latency_ms: float
     error: OSError | None = None
     requests: int = 1  # the sync requests it answers
+    first_append: float = 0.0  # of its oldest request
 
 
 @dataclass
@@ -83,6 +85,7 @@ class _Group:
     tokens: list[object] = field(default_factory=list)
     entries: int = 0
     size: int = 0
+    first_append: float = 0.0  # perf_counter when its first record came
 
 
 class SyncThread:
@@ -161,7 +164,8 @@ class SyncThread:
         latency_ms = (time.perf_counter() - started) * 1000.0
         tokens = requests[0].tokens if len(requests) == 1 else [t for r in requests for t in r.tokens]
         entries = sum(r.entries for r in requests)
-        return SyncBatch(tokens, entries, requests[-1].mark, latency_ms, error, len(requests))
+        first = min((r.first_append for r in requests if r.entries), default=0.0)
+        return SyncBatch(tokens, entries, requests[-1].mark, latency_ms, error, len(requests), first)
 
 
 class JournalWriter:
@@ -249,6 +253,8 @@ class JournalWriter:
         self._position += 4 + size
         group = self._group
         group.size += 4 + size
+        if not group.entries:
+            group.first_append = time.perf_counter()
         group.entries += 1
         if token is not None:
             group.tokens.append(token)
@@ -319,7 +325,13 @@ class JournalWriter:
     def _request(self, close: bool) -> SyncRequest:
         group, self._group = self._group, _Group()
         request = SyncRequest(
-            self._fd, group.tokens, group.entries, self.mark, self._directory_fd, close_after=close
+            self._fd,
+            group.tokens,
+            group.entries,
+            self.mark,
+            self._directory_fd,
+            close_after=close,
+            first_append=group.first_append,
         )
         self._directory_fd = -1
         return request
@@ -421,7 +433,9 @@ class JournalWriter:
             self._fail(batch.error, batch.tokens)
         else:
             self.durable_mark = batch.mark
-            self._metrics.observe_fsync(batch.latency_ms, batch.entries)
+            # Each entry of the batch waited at most this long from its append to now, its ack.
+            waited_ms = (time.perf_counter() - batch.first_append) * 1000.0 if batch.entries else 0.0
+            self._metrics.observe_fsync(batch.latency_ms, batch.entries, waited_ms, len(batch.tokens))
             if batch.tokens:
                 self._on_durable(batch.tokens)
         if self._stopped is not None and batch.mark == self._stop_mark and not self._stopped.called:

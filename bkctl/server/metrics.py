@@ -1,7 +1,10 @@
 """Plain counters of the storage engine, read by the bookie's /metrics endpoint.
 
 Counters are updated on the reactor thread only (the fsync thread hands its timings back with the
-batch), so they need no lock; one add costs a few integer increments, not a histogram observation.
+batch), so they need no lock; one add costs a few integer increments, not a histogram observation: the
+adds' latencies are observed once per journal batch (every entry of it at the batch's oldest wait), and
+reads one by one (server/protocol*.py), into the op stats Java's Prometheus provider writes
+(protocol/op_stats.py).
 """
 
 from __future__ import annotations
@@ -9,6 +12,8 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 from typing import Final
+
+from bkctl.protocol.op_stats import OpStat
 
 # Upper bounds (ms) of the fsync latency buckets; one more bucket counts everything slower (+Inf).
 FSYNC_BUCKETS_MS: Final = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 1000.0)
@@ -27,13 +32,33 @@ class StorageMetrics:
     errors_by_rc: dict[int, int] = field(default_factory=dict)
     fsync_latency_buckets: list[int] = field(default_factory=lambda: [0] * (len(FSYNC_BUCKETS_MS) + 1))
     fsync_latency_sum_ms: float = 0.0
+    # Java's op stats, from journal append to durable: the acknowledgements (adds, and the few fences
+    # and forceLedgers: ADD_ENTRY_REQUEST) and the records (JOURNAL_ADD_ENTRY, ledger keys included);
+    # fdatasyncs (JOURNAL_SYNC) and records per fdatasync (JOURNAL_FORCE_WRITE_BATCH_ENTRIES).
+    add_latency: OpStat = field(default_factory=OpStat)
+    journal_add_latency: OpStat = field(default_factory=OpStat)
+    fsync_latency: OpStat = field(default_factory=OpStat)
+    fsync_entries: OpStat = field(default_factory=OpStat)
+
+    def rollover(self, seconds: float) -> None:
+        """Quantile windows of `seconds` (Java's prometheusStatsLatencyRolloverSeconds)."""
+        for stat in (self.add_latency, self.journal_add_latency, self.fsync_latency, self.fsync_entries):
+            stat.window_s = seconds
 
     def error(self, rc: int) -> int:
         """Count an error answer and return its rc (so callers can `return metrics.error(rc)`)."""
         self.errors_by_rc[rc] = self.errors_by_rc.get(rc, 0) + 1
         return rc
 
-    def observe_fsync(self, latency_ms: float, entries: int) -> None:
+    def observe_fsync(self, latency_ms: float, entries: int, waited_ms: float = 0.0, acks: int = 0) -> None:
+        """One fdatasync of `entries` records delivering `acks` tokens, the oldest record appended
+        `waited_ms` before (each counted at that wait: an upper bound, one sketch update per batch)."""
+        self.fsync_latency.observe(True, latency_ms)
+        self.fsync_entries.observe(True, entries)
+        if entries:
+            self.journal_add_latency.observe(True, waited_ms, entries)
+        if acks:
+            self.add_latency.observe(True, waited_ms, acks)
         self.fsyncs += 1
         self.entries_per_fsync += entries
         self.journal_queue_depth -= entries

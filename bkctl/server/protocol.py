@@ -33,7 +33,7 @@ from bkctl.netio import write_now
 from bkctl.protocol import wire, wire_v3
 from bkctl.sasl import BookieSasl
 from bkctl.server import sasl_auth, start_tls
-from bkctl.server.connection import NetworkMetrics, StorageApi
+from bkctl.server.connection import NetworkMetrics, StorageApi, timed_read
 from bkctl.server.protocol_v3 import LateReply, V3Requests
 from bkctl.server.sasl_auth import ServerAuth
 from bkctl.tls_channel import TlsChannel, TlsError
@@ -355,7 +355,7 @@ class BookieProtocol(protocol.Protocol):
         if request.flags & wire.FLAG_DO_FENCING:
             self._fence(request)
             return
-        rc, entry = self.storage.read(request.ledger_id, request.entry_id)
+        rc, entry = timed_read(self.storage, self.factory.metrics, request.ledger_id, request.entry_id)
         self._out.append(self._read_reply(request, rc, entry))
 
     def _fence(self, request: wire.ReadRequest) -> None:

@@ -27,7 +27,7 @@ from typing import Any, Final
 from bkctl.errors import ProtocolError
 from bkctl.protocol import wire, wire_v3
 from bkctl.protocol.wire_v3 import Operation, OperationType, StatusCode, V3Request
-from bkctl.server.connection import Connection
+from bkctl.server.connection import Connection, timed_read
 
 log = logging.getLogger("bkctl.bookie")
 
@@ -176,7 +176,7 @@ class V3Requests:
 
     def _read_response(self, request: V3Request, ledger_id: int, entry_id: int) -> bytes:
         """A plain read's answer: the entry and the bookie's LAC of the ledger (maxLAC), as Java's."""
-        rc, entry = self.storage.read(ledger_id, entry_id)
+        rc, entry = timed_read(self.storage, self.connection.factory.metrics, ledger_id, entry_id)
         op = Operation("readResponse", ledger_id=ledger_id, entry_id=entry_id)
         if rc == _EOK:
             lac = self.storage.last_add_confirmed(ledger_id)[1]

@@ -199,6 +199,8 @@ class BookieService:
         self.bookie_id = self.config.resolved_bookie_id(self.port)
         yield self._in_thread(cookies.check_cookies, self.config, self.layout, self.bookie_id)
         self.storage = Storage(self._storage_config, deliver_durable, self._reactor, deliver_lost)
+        self.storage.metrics.rollover(self.config.stats_rollover_s)
+        self.factory.metrics.read_latency.window_s = self.config.stats_rollover_s
         self.replay = self.storage.start(self.replay_progress)
         if self.config.persist_bookie_status and not self.config.read_only:
             persisted = yield self._in_thread(bookie_status.read_status, self.config.ledger_dirs)
