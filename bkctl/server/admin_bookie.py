@@ -33,7 +33,7 @@ from bkctl.metadata.layout import Layout
 from bkctl.model import LedgerMetadata, LedgerState
 from bkctl.server import cookies
 from bkctl.server.config import KEYS, BookieConfig
-from bkctl.server.gc import GarbageCollector
+from bkctl.server.gc_dirs import Collector
 from bkctl.server.storage import Storage
 
 log = logging.getLogger("bkctl.http")
@@ -50,7 +50,7 @@ class AdminView(Protocol):
     state: str
     config: BookieConfig
     storage: Storage | None
-    gc: GarbageCollector | None
+    gc: Collector | None
     layout: Layout | None
 
     @property

@@ -287,6 +287,10 @@ class EntryLogReader:
             )
         return data
 
+    def fd_of(self, location: int) -> int:
+        """The open file of the entry log a location names (read-ahead reads on from there)."""
+        return self._open(ef.split_location(location)[0])[0]
+
     def _open(self, log_id: int) -> tuple[int, Path]:
         cached = self._fds.get(log_id)
         if cached is not None:

@@ -13,11 +13,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from bkctl.protocol.prometheus import metric, summary
-from bkctl.server.gc import GarbageCollector
+from bkctl.server.gc_dirs import Collector
 from bkctl.server.storage import Storage
 
 
-def bookie_lines(writable: bool, storage: Storage | None, gc: GarbageCollector | None) -> Iterator[str]:
+def bookie_lines(writable: bool, storage: Storage | None, gc: Collector | None) -> Iterator[str]:
     yield from metric("bookie_SERVER_STATUS", "gauge", "1 writable, 0 read-only.", 1 if writable else 0)
     if storage is not None:
         yield from _storage_lines(storage)
@@ -58,7 +58,7 @@ def _storage_lines(storage: Storage) -> Iterator[str]:
     yield from metric("bookie_gc_ACTIVE_LEDGER_COUNT", "gauge", "Ledgers the bookie holds.", ledgers)
 
 
-def _gc_lines(gc: GarbageCollector) -> Iterator[str]:
+def _gc_lines(gc: Collector) -> Iterator[str]:
     m = gc.metrics
     yield from metric(
         "bookie_gc_MAJOR_COMPACTION_COUNT", "counter", "Major compactions.", m.major_compactions
