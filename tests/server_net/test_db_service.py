@@ -3,8 +3,11 @@ ledger directory and two."""
 
 from __future__ import annotations
 
+import re
 import urllib.error
+import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,6 +15,7 @@ from bkctl.protocol import db_format as dbf
 from bkctl.protocol import wire
 from tests.server_net.live import in_thread, metadata_uri, start_bookie, twisted_test
 from tests.server_net.test_gc import GC_FLAGS, gc_run, http, layout_call, read_all, write
+from tests.server_net.test_java_metrics import check_names
 from tests.server_net.test_service import client
 
 
@@ -75,5 +79,15 @@ async def test_two_ledger_dirs_gc_each_and_answer_as_one(tmp_path: Path) -> None
         assert info["ledger_dirs"] == [str(d) for d in dirs] and len(info["entry_log_ids"]) == 2
         compacting = await in_thread(http, service, "GET", "/api/v1/bookie/entry_location_compact")
         assert compacting == {str(d): False for d in dirs}
+        text = await in_thread(_scrape, service)
+        check_names(text)  # Java's names and types
+        hits = int(re.findall(r'^bookie_read_cache_hits_count\{success="true"\} (\d+)$', text, re.M)[0])
+        misses = int(re.findall(r'^bookie_read_cache_misses_count\{success="true"\} (\d+)$', text, re.M)[0])
+        assert hits > 2500 and 0 < misses < 100  # 2 x 1500 entries read, 100 at a time read ahead
     finally:
         await service.stop()
+
+
+def _scrape(service: Any) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{service.http_port}/metrics", timeout=30) as answer:
+        return str(answer.read().decode())
