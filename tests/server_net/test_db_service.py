@@ -17,6 +17,7 @@ from tests.server_net.live import in_thread, metadata_uri, start_bookie, twisted
 from tests.server_net.test_gc import GC_FLAGS, gc_run, http, layout_call, read_all, write
 from tests.server_net.test_java_metrics import check_names
 from tests.server_net.test_service import client
+from tests.test_inspect import invoke
 
 
 @twisted_test
@@ -86,6 +87,8 @@ async def test_two_ledger_dirs_gc_each_and_answer_as_one(tmp_path: Path) -> None
         assert hits > 2500 and 0 < misses < 100  # 2 x 1500 entries read, 100 at a time read ahead
     finally:
         await service.stop()
+    code, _, _, refused = invoke("bookie", "convert", "--to", "interleaved", "-l", str(dirs[0]))
+    assert code == 2 and "2 ledger dirs" in str(refused)  # the cookie lists both
 
 
 def _scrape(service: Any) -> str:
