@@ -75,9 +75,12 @@ class ReadCache:
         for key in doomed:
             self.size_bytes -= len(self._entries.pop(key))
 
-    def read_ahead(self, fd: int, ledger_id: int, location: int, data_size: int) -> tuple[int, int]:
+    def read_ahead(
+        self, fd: int, ledger_id: int, location: int, data_size: int, end: int | None = None
+    ) -> tuple[int, int]:
         """Cache the entries after the one of `data_size` bytes at `location` (fd: its entry log) while
-        they are the same ledger's, in the same log, within the batch and byte bounds; (entries, bytes).
+        they are the same ledger's, in the same log, before `end` (the log being written: where its
+        fsynced bytes end), within the batch and byte bounds; (entries, bytes).
 
         Records that do not parse end the walk quietly, as in Java: a read-ahead is a guess, the reads
         themselves check what they return.
@@ -95,6 +98,8 @@ class ReadCache:
                     break
             size = int.from_bytes(chunk[at : at + _SIZE_PREFIX], "big", signed=True)
             if not ef.RECORD_KEY_SIZE <= size <= limits.ENTRYLOG_RECORD_SIZE_MAX:
+                break
+            if end is not None and position + _SIZE_PREFIX + size > end:
                 break
             start = at + _SIZE_PREFIX
             if len(chunk) < start + size:

@@ -763,7 +763,9 @@ class Storage:
         cache.put(ledger_id, entry_id, data)
         try:
             fd = store.reader.fd_of(location)
-            count, size = cache.read_ahead(fd, ledger_id, location, len(data))
+            log_id, durable_end = store.writer.durable  # the log being written: not past its fsync
+            end = durable_end if log_id == ef.split_location(location)[0] else None
+            count, size = cache.read_ahead(fd, ledger_id, location, len(data), end)
         except (CorruptDataError, ProtocolError, OSError) as exc:
             log.debug("read-ahead of ledger %d after entry %d: %s", ledger_id, entry_id, exc)
             return

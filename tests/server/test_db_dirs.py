@@ -10,6 +10,7 @@ from twisted.internet import reactor
 from bkctl.protocol import db_format as dbf
 from bkctl.protocol.wire import ReturnCode as RC
 from bkctl.server.db_ledger_index import open_ledgers, open_locations, read_ledgers
+from bkctl.server.read_cache import ReadCache
 from bkctl.server.storage import Storage
 from tests.server.crash_writer import assert_served_right, run_until_killed
 from tests.server.helpers import (
@@ -120,3 +121,24 @@ async def test_a_read_miss_reads_the_following_entries_ahead(tmp_path: Path) -> 
     off = started(tmp_path, engine="db", read_cache_max_bytes=0)
     assert off.read(2, 1) == (RC.EOK, packaged(2, 1)) and off.read_cache_metrics.misses == 0
     await off.stop()
+
+
+@twisted_test
+async def test_read_ahead_stops_where_the_log_being_written_is_fsynced(tmp_path: Path) -> None:
+    durable = Durable()
+    storage = started(tmp_path, durable, engine="db")
+    await add_all(storage, durable, 1, 10)
+    await storage.checkpoint()
+    store = storage.store(0)
+    log_id, end = store.writer.durable
+    location = store.index.location(1, 0)[0]
+    assert log_id == location >> 32  # the log being written, fsynced up to `end`
+    first = store.reader.read(location, 1, 0)
+    cache = ReadCache(1 << 20, 100)
+    fd = store.reader.fd_of(location)
+    assert cache.read_ahead(fd, 1, location, len(first), end)[0] == 9
+    fifth = store.index.location(1, 5)[0]  # as if the log's fsynced bytes ended after entry 4
+    cut = ReadCache(1 << 20, 100)
+    assert cut.read_ahead(fd, 1, location, len(first), (fifth & 0xFFFF_FFFF) - 4)[0] == 4
+    assert cut.get(1, 4) == packaged(1, 4) and cut.get(1, 5) is None
+    await storage.stop()
