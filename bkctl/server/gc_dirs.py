@@ -64,18 +64,19 @@ def collector_for(
     if storage.store_count == 1:
         return GarbageCollector(storage, layout, settings, reactor, on_run_done, bookie_id)
     members = [
-        GarbageCollector(cast(Storage, DirStorage(storage, i)), layout, settings, reactor, None, bookie_id)
+        GarbageCollector(
+            cast(Storage, DirStorage(storage, i)), layout, settings, reactor, on_run_done, bookie_id
+        )
         for i in range(storage.store_count)
     ]
-    return GcGroup(members, on_run_done)
+    return GcGroup(members)
 
 
 class GcGroup:
     """Several collectors answering as one (GarbageCollector's public face)."""
 
-    def __init__(self, members: list[GarbageCollector], on_run_done: Any = None) -> None:
-        self.members = members
-        self._on_run_done = on_run_done
+    def __init__(self, members: list[GarbageCollector]) -> None:
+        self.members = members  # each runs on its own timer too, and calls on_run_done after each run
 
     def start(self) -> None:
         for member in self.members:
@@ -91,8 +92,6 @@ class GcGroup:
 
     async def _run_all(self, force_major: bool, force_minor: bool) -> GcReport:
         reports = [await member.trigger(force_major, force_minor) for member in self.members]
-        if self._on_run_done is not None:
-            self._on_run_done()
         return merged_report(reports)
 
     @property
