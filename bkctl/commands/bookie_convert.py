@@ -39,6 +39,7 @@ def bookie_convert(
         raise UsageError(f"--ledger-dir {ledger_dir}: no current/ directory in it")
     fmt = resolve(output)
     with locked([("ledger directory", ledger_dir)], f"bkctl bookie convert --to {to}"):
+        _refuse_several_dirs(ledger_dir)
         found = found_engine(ledger_dir)
         leftover_idx = to == DB and found == DB and storage_convert.has_index_files(ledger_dir / "current")
         if found is None or (found == to and not leftover_idx):
@@ -52,6 +53,21 @@ def bookie_convert(
         doc["removed"] = len(report.removed)
         doc["seconds"] = round(report.seconds, 3)
         write_mapping(doc, fmt)
+
+
+def _refuse_several_dirs(ledger_dir: Path) -> None:
+    """UsageError for a dir of a bookie with several ledger dirs (its cookie lists them): the storages
+    lay them out differently (interleaved: one sequence of entry logs over all; db: ledger L and its
+    logs in dir L mod n, log ids per dir), so a converted dir would not be served whole."""
+    from bkctl.server.cookies import read_local_cookie
+
+    cookie = read_local_cookie(ledger_dir).cookie
+    if cookie is not None and len(cookie.ledger_dirs) > 1:
+        raise UsageError(
+            f"{ledger_dir}: its bookie has {len(cookie.ledger_dirs)} ledger dirs (its cookie): converting "
+            "a bookie of several ledger dirs is not supported (the two storages lay them out differently); "
+            "nothing was changed"
+        )
 
 
 def register(root: typer.Typer) -> None:

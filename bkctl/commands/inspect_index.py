@@ -105,7 +105,10 @@ def _db_ledger_inspect(current: Path, ledger: int, fmt: OutputFormat) -> None:
     finally:
         ledgers.close()
     if value is None:
-        raise NotFoundError(f"{current / dbf.LEDGERS_DB}: no ledger {ledger}")
+        raise NotFoundError(
+            f"{current / dbf.LEDGERS_DB}: no ledger {ledger} (a bookie of n ledger dirs keeps ledger L in "
+            "dir number L mod n of its ledgerDirectories)"
+        )
     try:
         data = dbf.decode_ledger_data(value)
     except ProtocolError as exc:

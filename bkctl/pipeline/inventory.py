@@ -197,9 +197,7 @@ def index_holdings(
 DB_KEYS_PER_READ = 65536  # locations db keys turned into numpy arrays at once
 
 
-def db_holdings(
-    bookie: BookieDirs, current: Path, verify: Verify | None, logs: set[int] | None = None
-) -> Iterator[HoldingRow]:
+def db_holdings(bookie: BookieDirs, current: Path, verify: Verify | None) -> Iterator[HoldingRow]:
     """What a DbLedgerStorage dir's locations db says the bookie holds (a problem row when it cannot be
     read), ledger by ledger; the keys are decoded by numpy a chunk at a time, as index slots are."""
     from bkctl.server.db_ledger_index import open_locations
@@ -209,7 +207,9 @@ def db_holdings(
     except (BkctlError, OSError) as exc:
         yield problem_row(bookie.bookie_id, f"{current}: {exc}")
         return
-    known = np.fromiter(entry_log_ids(bookie) if logs is None else logs, dtype=np.int64)
+    # Its locations name its own entry logs: each DbLedgerStorage directory counts log ids from 0.
+    bookie = BookieDirs(bookie.bookie_id, [current], bookie.journal_dirs)
+    known = np.fromiter(entry_log_ids(bookie), dtype=np.int64)
     try:
         pending: tuple[int, list[Any], list[Any]] | None = None  # a ledger running across chunks
         for keys, values in _db_chunks(db):

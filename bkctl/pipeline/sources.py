@@ -167,12 +167,12 @@ class BookieFilesReader(DataSourceReader):
         from bkctl.pipeline import inventory
 
         verify = _decode_verify(self.options)
-        logs = inventory.entry_log_ids(bookie) if kind in ("index", "db") else set()
+        logs = inventory.entry_log_ids(bookie) if kind == "index" else set()
         for path in map(Path, paths):
             if kind == "index":
                 yield from inventory.index_holdings(bookie, path, verify, logs)
             elif kind == "db":
-                yield from inventory.db_holdings(bookie, path, verify, logs)
+                yield from inventory.db_holdings(bookie, path, verify)
             else:
                 yield from inventory.journal_holdings(bookie, path, verify)
 

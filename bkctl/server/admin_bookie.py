@@ -35,7 +35,7 @@ from bkctl.model import LedgerMetadata, LedgerState
 from bkctl.protocol.metadata_format import encode_ledger_metadata
 from bkctl.server import cookies
 from bkctl.server.config import KEYS, BookieConfig
-from bkctl.server.gc import GarbageCollector
+from bkctl.server.gc_dirs import Collector
 from bkctl.server.storage import Storage
 
 log = logging.getLogger("bkctl.http")
@@ -52,7 +52,7 @@ class AdminView(Protocol):
     state: str
     config: BookieConfig
     storage: Storage | None
-    gc: GarbageCollector | None
+    gc: Collector | None
     layout: Layout | None
 
     @property

@@ -66,6 +66,8 @@ class BookieConfig:
     ledger_cache_pages_max: int = -1  # -1: the storage engine's default
     write_cache_max_bytes: int = -1  # -1: the storage engine's default
     db_write_cache_max_bytes: int = -1  # dbStorage_writeCacheMaxSizeMb: the db engine's, over the above
+    db_read_cache_max_bytes: int = -1  # dbStorage_readAheadCacheMaxSizeMb (-1: the engine's default)
+    db_read_ahead_batch: int = -1  # dbStorage_readAheadCacheBatchSize (-1: the engine's default)
     read_only: bool = False  # start (and stay) read-only
     read_only_mode_enabled: bool = True  # go read-only when the disks fill up (else stop the bookie)
     disk_usage_threshold: float = 0.95
@@ -222,6 +224,10 @@ KEYS: Final[Mapping[str, Setter]] = {
     "pageLimit": _field("ledger_cache_pages_max", lambda k, v: _int(k, v, -1, 1 << 30)),
     "skipListSizeLimit": _field("write_cache_max_bytes", lambda k, v: _int(k, v, 1024 * 1024, 1 << 40)),
     "dbStorage_writeCacheMaxSizeMb": _field("db_write_cache_max_bytes", _mib),
+    "dbStorage_readAheadCacheMaxSizeMb": _field(
+        "db_read_cache_max_bytes", lambda k, v: _int(k, v, 0, 1 << 20) * MIB
+    ),
+    "dbStorage_readAheadCacheBatchSize": _field("db_read_ahead_batch", lambda k, v: _int(k, v, 0, 1 << 20)),
     "forceReadOnlyBookie": _field("read_only", _bool),
     "readOnlyModeEnabled": _field("read_only_mode_enabled", _bool),
     "diskUsageThreshold": _field("disk_usage_threshold", lambda k, v: _float(k, v, 0.0, 1.0)),

@@ -89,6 +89,9 @@ class EntryLogWriter:
         self.rotations = 0
         # Where the current log's fsynced bytes end, and its ledgers map then (see discard_unflushed).
         self._flushed: tuple[int, dict[int, int]] = (0, {})
+        # (log id, end of its fsynced bytes), replaced whole so another thread reads a consistent pair:
+        # past that end a record may be half written (the read-ahead stops there).
+        self.durable: tuple[int, int] = (-1, 0)
 
     @property
     def path(self) -> Path:
@@ -105,6 +108,7 @@ class EntryLogWriter:
         self._sizes = {}
         self._dropped_to = 0
         self._flushed = (self.position, {})
+        self.durable = (log_id, self.position)
         write_all(self._fd, [_FRESH_HEADER], 0)
         _write_last_id(path.parent, log_id)
         log.info("entry log %s opened", path)
@@ -190,6 +194,7 @@ class EntryLogWriter:
             write_out(self._fd, self._flushed[0], self.position)
             os.fsync(self._fd)
             self._flushed = (self.position, dict(self._sizes))
+            self.durable = (self.log_id, self.position)
             self._dropped_to = drop_cached(self._fd, self._dropped_to, self.position)
 
     def discard_unflushed(self) -> None:
@@ -286,6 +291,10 @@ class EntryLogReader:
                 f"the index says ledger {ledger_id} entry {entry_id}"
             )
         return data
+
+    def fd_of(self, location: int) -> int:
+        """The open file of the entry log a location names (read-ahead reads on from there)."""
+        return self._open(ef.split_location(location)[0])[0]
 
     def _open(self, log_id: int) -> tuple[int, Path]:
         cached = self._fds.get(log_id)

@@ -37,7 +37,7 @@ from bkctl.protocol.wire import rc_name
 from bkctl.server import admin_bookie as ab
 from bkctl.server.admin_bookie import NOT_SERVING, AdminView
 from bkctl.server.connection import NetworkMetrics
-from bkctl.server.gc import GarbageCollector
+from bkctl.server.gc_dirs import Collector
 from bkctl.server.java_metrics import bookie_lines
 from bkctl.server.metrics import FSYNC_BUCKETS_MS
 from bkctl.server.storage import Storage
@@ -353,7 +353,7 @@ _GC_METRICS = (
 )
 
 
-def _gc_lines(gc: GarbageCollector) -> Iterator[str]:
+def _gc_lines(gc: Collector) -> Iterator[str]:
     for name, kind, help_text, attribute in _GC_METRICS:
         yield from metric(name, kind, help_text, getattr(gc.metrics, attribute))
     name = "bkctl_bookie_gc_live_fraction"

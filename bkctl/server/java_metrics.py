@@ -19,12 +19,13 @@ from typing import Any
 from bkctl.protocol.op_stats import op_stat_lines
 from bkctl.protocol.prometheus import metric, summary
 from bkctl.server.connection import NetworkMetrics
-from bkctl.server.gc import GarbageCollector
+from bkctl.server.gc_dirs import Collector
 from bkctl.server.storage import Storage
+from bkctl.server.storage_kind import DB
 
 
 def bookie_lines(
-    writable: bool, storage: Storage | None, gc: GarbageCollector | None, network: NetworkMetrics
+    writable: bool, storage: Storage | None, gc: Collector | None, network: NetworkMetrics
 ) -> Iterator[str]:
     yield from metric("bookie_SERVER_STATUS", "gauge", "1 writable, 0 read-only.", 1 if writable else 0)
     reads = network.read_latency
@@ -65,9 +66,26 @@ def _storage_lines(storage: Storage) -> Iterator[str]:
     )
     ledgers: Any = storage.info().get("ledgers", 0)
     yield from metric("bookie_gc_ACTIVE_LEDGER_COUNT", "gauge", "Ledgers the bookie holds.", ledgers)
+    if storage.config.engine == DB:
+        yield from _read_cache_lines(storage)
 
 
-def _gc_lines(gc: GarbageCollector) -> Iterator[str]:
+def _read_cache_lines(storage: Storage) -> Iterator[str]:
+    """DbLedgerStorageStats' read cache counters (bookie scope), summed over the ledger dirs."""
+    m = storage.read_cache_metrics
+    yield from summary("bookie_read_cache_hits", "Reads answered from a write or read cache.", m.hits)
+    yield from summary("bookie_read_cache_misses", "Reads from the entry logs.", m.misses)
+    yield from summary(
+        "bookie_readahead_batch_count", "Entries per read-ahead (sum).", m.batches, m.batch_entries
+    )
+    yield from summary("bookie_readahead_batch_size", "Bytes per read-ahead (sum).", m.batches, m.batch_bytes)
+    caches = [c for c in (storage.store(i).read_cache for i in range(storage.store_count)) if c is not None]
+    size, count = sum(c.size_bytes for c in caches), sum(len(c) for c in caches)
+    yield from metric("bookie_read_cache_size", "gauge", "Bytes in the read caches.", size)
+    yield from metric("bookie_read_cache_count", "gauge", "Entries in the read caches.", count)
+
+
+def _gc_lines(gc: Collector) -> Iterator[str]:
     m = gc.metrics
     yield from metric(
         "bookie_gc_MAJOR_COMPACTION_COUNT", "counter", "Major compactions.", m.major_compactions

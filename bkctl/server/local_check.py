@@ -9,6 +9,10 @@ localconsistencycheck, plus the other direction).
    start replays it; `journal_dirs` given) or its ledger is known deleted (`deleted(ledger)`: the
    metadata lacks it, so GC will collect the record).
 
+On DbLedgerStorage the index is each ledger directory's RocksDB dbs (`current/ledgers` and
+`current/locations`), checked against that directory's own entry logs (log ids are per directory
+there); `index_files` then counts the ledgers of the ledgers dbs.
+
 Nothing is written and no lock is taken: run it on a stopped bookie, or accept that a running one
 changes what it reads.
 """
@@ -24,6 +28,7 @@ from bkctl.errors import BkctlError, ProtocolError
 from bkctl.files.digests import DigestChecker
 from bkctl.files.index import index_entries, open_index
 from bkctl.files.marks import LAST_MARK_NAME, read_last_mark
+from bkctl.protocol import db_format as dbf
 from bkctl.protocol import entrylog_format as ef
 from bkctl.protocol.journal_format import RecordKind as JournalRecordKind
 from bkctl.server.entrylog import existing_log_ids
@@ -31,8 +36,10 @@ from bkctl.server.fileio import CLOEXEC
 from bkctl.server.index_rebuild import data_records
 from bkctl.server.replay import replay
 from bkctl.server.start_checks import index_files, index_problem
+from bkctl.server.storage_kind import DB, found_engine
 
 _SIZE_PREFIX = 4
+_UNHELD = "a location of a ledger the ledgers db does not hold: the bookie does not serve it"
 
 
 @dataclass
@@ -76,11 +83,29 @@ def check(
     deleted: Callable[[int], bool] = lambda ledger_id: False,
 ) -> CheckReport:
     report = CheckReport()
-    logs = existing_log_ids(ledger_dirs)
-    report.entry_logs = len(logs)
     checker = DigestChecker()
-    indexed = _check_slots(report, index_dirs, logs, checker)
     journaled = _journal_entries(journal_dirs, ledger_dirs)
+    if any(found_engine(d) == DB for d in ledger_dirs):
+        for directory in ledger_dirs:
+            logs = existing_log_ids((directory,))
+            indexed = _check_db_slots(report, directory / "current", logs, checker)
+            _check_records(report, logs, indexed, journaled, deleted)
+        return report
+    logs = existing_log_ids(ledger_dirs)
+    indexed = _check_slots(report, index_dirs, logs, checker)
+    _check_records(report, logs, indexed, journaled, deleted)
+    return report
+
+
+def _check_records(
+    report: CheckReport,
+    logs: dict[int, Path],
+    indexed: dict[int, set[int]],
+    journaled: set[tuple[int, int]],
+    deleted: Callable[[int], bool],
+) -> None:
+    """Every DATA record of the logs is indexed, or replayed from the journal, or of a deleted ledger."""
+    report.entry_logs += len(logs)
     for record in data_records(logs):
         report.records += 1
         ledger_id, entry_id = record.ledger_id, record.entry_id
@@ -92,7 +117,41 @@ def check(
         elif not deleted(ledger_id):
             why = "no index file for its ledger" if slots is None else "its index slot is not set"
             report.add("unreachable", ledger_id, entry_id, record.log_path, record.offset, why)
-    return report
+
+
+def _check_db_slots(
+    report: CheckReport, current: Path, logs: dict[int, Path], checker: DigestChecker
+) -> dict[int, set[int]]:
+    """DbLedgerStorage: every location of the directory's locations db; each ledger's located entries
+    (a ledger the ledgers db lacks is served as absent: its locations are a problem)."""
+    from bkctl.server.db_ledger_index import open_ledgers, open_locations, read_ledgers
+
+    ledgers_db = open_ledgers(current, read_only=True)
+    try:
+        ledgers = read_ledgers(ledgers_db)
+    finally:
+        ledgers_db.close()
+    report.index_files += len(ledgers)
+    indexed: dict[int, set[int]] = {ledger_id: set() for ledger_id in ledgers}
+    locations = open_locations(current, read_only=True)
+    fds: dict[int, int] = {}
+    try:
+        for key, value in locations.items():
+            report.slots += 1
+            ledger_id, entry_id = dbf.decode_location_key(key)
+            log_id, offset = ef.split_location(dbf.decode_location(value))
+            if ledger_id not in ledgers:
+                report.add("slot", ledger_id, entry_id, locations.path, 0, _UNHELD)
+                continue
+            indexed[ledger_id].add(entry_id)
+            why = _slot_problem(ledger_id, entry_id, log_id, offset, logs, fds, checker)
+            if why is not None:
+                report.add("slot", ledger_id, entry_id, locations.path, 0, why)
+    finally:
+        locations.close()
+        for fd in fds.values():
+            os.close(fd)
+    return indexed
 
 
 def _check_slots(

@@ -37,7 +37,8 @@ from bkctl.server.cert_reload import CertificateReloader
 from bkctl.server.config import BookieConfig
 from bkctl.server.connection import NetworkMetrics
 from bkctl.server.dirlock import DirectoryLocks, holder_text, lock_directories
-from bkctl.server.gc import GarbageCollector, GcSettings
+from bkctl.server.gc import GcSettings
+from bkctl.server.gc_dirs import Collector, collector_for
 from bkctl.server.protocol import BookieFactory, deliver_durable, deliver_lost
 from bkctl.server.replay import ReplayProgress
 from bkctl.server.start_checks import check_index_files
@@ -61,6 +62,10 @@ def storage_config(config: BookieConfig) -> StorageConfig:
         extra["write_cache_max_bytes"] = config.write_cache_max_bytes
     if config.storage == "db" and config.db_write_cache_max_bytes > 0:
         extra["write_cache_max_bytes"] = config.db_write_cache_max_bytes  # Java's key for that engine
+    if config.db_read_cache_max_bytes >= 0:
+        extra["read_cache_max_bytes"] = config.db_read_cache_max_bytes
+    if config.db_read_ahead_batch >= 0:
+        extra["read_ahead_batch"] = config.db_read_ahead_batch
     return StorageConfig(
         journal_dirs=config.journal_dirs,
         ledger_dirs=config.ledger_dirs,
@@ -137,7 +142,7 @@ class BookieService:
         # Before any file is written: a storage bkctl does not serve, in the conf or in the directories.
         check_storage(config.storage, (*config.ledger_dirs, *config.effective_index_dirs))
         self.storage: Storage | None = None
-        self.gc: GarbageCollector | None = None
+        self.gc: Collector | None = None
         self.factory = BookieFactory(
             _NotReady(),
             config.frame_size_max,
@@ -214,7 +219,7 @@ class BookieService:
             self._start_http()  # before registering: the service info names its port
         yield self._register_at_start()
         self._session_sub = self.store.on_session_lost(self._session_lost_from_thread)
-        self.gc = GarbageCollector(
+        self.gc = collector_for(
             self.storage, self.layout, gc_settings(self.config), self._reactor, self._gc_done, self.bookie_id
         )
         self.gc.start()

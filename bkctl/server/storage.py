@@ -37,16 +37,16 @@ from bkctl.protocol import journal_format as jf
 from bkctl.protocol.journal_format import RecordKind
 from bkctl.protocol.wire import ReturnCode
 from bkctl.server.db_ledger_index import DbLedgerIndex
-from bkctl.server.entrylog import EntryLogReader, EntryLogWriter, existing_log_ids, last_log_id
+from bkctl.server.entrylog import EntryLogReader, EntryLogWriter
 from bkctl.server.faults import fault_point
 from bkctl.server.fileio import write_durably
-from bkctl.server.index import IndexStore
 from bkctl.server.journal import JournalSettings, JournalWriter, Mark, list_journals, remove_old_journals
+from bkctl.server.ledger_dirs import LedgerDirStore, dir_of, ledger_dir_stores
 from bkctl.server.ledger_storage import ENGINES, LedgerIndex
 from bkctl.server.metrics import StorageMetrics
 from bkctl.server.moves import Moved, write_moves
+from bkctl.server.read_cache import ReadCacheMetrics
 from bkctl.server.replay import ReplayProgress, ReplayReport, merge_reports, replay
-from bkctl.server.replay_runs import ReplayRuns
 from bkctl.server.start_checks import rebuild_hint
 from bkctl.server.storage_kind import DB, INTERLEAVED, check_storage
 from bkctl.server.write_cache import SIZE_PREFIX, LedgerBuffer, WriteCache, shifted_slots
@@ -55,6 +55,7 @@ log = logging.getLogger("bkctl.bookie")
 
 MiB: Final = 1024 * 1024
 _KEY: Final = struct.Struct(">qq")
+_RECORD_HEAD: Final = struct.Struct(">iq")  # a journal DATA record's length and ledger id
 _ENTRY_LAC: Final = struct.Struct(">q")  # a packaged entry's LAC, after its ledger and entry ids
 _EOK: Final = int(ReturnCode.EOK)
 _EBADREQ: Final = int(ReturnCode.EBADREQ)
@@ -115,6 +116,8 @@ class StorageConfig:
     disk_usage_lwm_threshold: float = 0.90  # diskUsageLwmThreshold: below it, writable again
     read_only: bool = False  # readOnlyModeEnabled + forced read-only at start
     engine: str = INTERLEAVED  # ledgerStorageClass: where locations and ledger state live (ledger_storage.py)
+    read_cache_max_bytes: int = 64 * MiB  # dbStorage_readAheadCacheMaxSizeMb (db engine; 0 = no read cache)
+    read_ahead_batch: int = 100  # dbStorage_readAheadCacheBatchSize (db engine)
 
     def __post_init__(self) -> None:
         if not 1 <= len(self.journal_dirs) <= limits.JOURNAL_DIRS_MAX:
@@ -127,8 +130,8 @@ class StorageConfig:
             raise UsageError("at least one ledger dir is needed")
         if self.engine not in ENGINES:
             raise UsageError(f"storage engine {self.engine!r}: expected one of {', '.join(ENGINES)}")
-        if self.engine == DB and len(self.ledger_dirs) > 1:
-            raise UsageError("db storage serves one ledger directory per bookie for now")
+        if len(set(self.ledger_dirs)) != len(self.ledger_dirs):
+            raise UsageError("a ledger dir is listed twice")
         if not self.index_dirs or self.engine == DB:  # DbLedgerStorage 4.14 keeps its index in the ledger dir
             object.__setattr__(self, "index_dirs", self.ledger_dirs)
         if self.log_size_limit >= 1 << 31:  # entry offsets must fit the low 32 bits of index slots
@@ -208,13 +211,19 @@ class Storage:
         self._on_lost = on_lost
         self._journal_currents = [d / "current" for d in config.journal_dirs]
         self._ledger_currents = [d / "current" for d in config.ledger_dirs]
-        self._index: LedgerIndex = (
-            DbLedgerIndex(config.ledger_dirs[0] / "current")
-            if config.engine == DB
-            else IndexStore(config.index_dirs, config.ledger_cache_pages_max)
+        # Entry logs and index: one store per ledger dir on the db engine (ledger L in store L mod n,
+        # as Java's DbLedgerStorage), one for all on the interleaved engine (ledger_dirs.py).
+        self._stores = ledger_dir_stores(
+            config.engine,
+            config.ledger_dirs,
+            config.index_dirs,
+            config.log_size_limit,
+            config.ledger_cache_pages_max,
+            self._stored_sample,
+            config.read_cache_max_bytes,
+            config.read_ahead_batch,
         )
-        self._reader = EntryLogReader(config.ledger_dirs)
-        self._writer = EntryLogWriter(config.ledger_dirs, config.log_size_limit)
+        self.read_cache_metrics = ReadCacheMetrics()
         self._journals = [
             JournalWriter(config.journal_settings(i), reactor, on_durable, self.metrics, self._journal_failed)
             for i in range(len(config.journal_dirs))
@@ -237,7 +246,6 @@ class Storage:
         self.last_marks_written: tuple[Mark, ...] = ((-1, 0),) * len(self._journals)
         self._marks_written_at = 0.0  # monotonic time of the last lastMark write
         self._replay_skipped = 0
-        self._replay_runs = ReplayRuns(self._writer, self._stored_sample)
         self._read_digests = DigestChecker()  # each ledger's digest type, inferred from its stored entries
         self._unverifiable: set[int] = set()  # ledgers whose entries match no CRC: MAC or DUMMY
         # Long-poll reads (v3) waiting for a ledger's LAC to pass a value: ledger id -> [(value, notify)].
@@ -260,8 +268,8 @@ class Storage:
             *(d / "current" for d in self.config.index_dirs),
         ):
             directory.mkdir(parents=True, exist_ok=True)
-        self._index.open()
-        self._writer.open_next(last_log_id(self.config.ledger_dirs))
+        for store in self._stores:
+            store.open()
         marks = self._read_last_marks()
         report = merge_reports(
             [
@@ -312,11 +320,25 @@ class Storage:
         return max(marks, key=lambda m: m[0])
 
     def _replay_take(self, buffer: bytearray, pos: int, end: int) -> tuple[int, int]:
-        """The fast path: runs of DATA records of known ledgers straight to the entry log."""
-        taken = self._replay_runs.take(buffer, pos, end)
-        if self._replay_runs.count >= REPLAY_SLOTS_MAX:
+        """The fast path: runs of DATA records of known ledgers straight to the entry log (of each
+        record's ledger directory: with several, a run ends where the next record's ledger is another's)."""
+        stores = self._stores
+        if len(stores) == 1:
+            stop, taken = stores[0].runs.take(buffer, pos, end)
+        else:
+            stop, taken = pos, 0
+            while stop + _RECORD_HEAD.size <= end:
+                ledger_id = _RECORD_HEAD.unpack_from(buffer, stop)[1]
+                stop, more = stores[dir_of(ledger_id, len(stores))].runs.take(buffer, stop, end)
+                if not more:
+                    break
+                taken += more
+        if self._replay_count() >= REPLAY_SLOTS_MAX:
             self._write_replay_slots()
-        return taken
+        return stop, taken
+
+    def _replay_count(self) -> int:
+        return sum(store.runs.count for store in self._stores)
 
     def _replay_record(self, kind: RecordKind, body: memoryview) -> str | None:
         """Every record the fast path does not take (its ledger's first DATA record, special records, a
@@ -328,8 +350,8 @@ class Storage:
                 self._replay_skipped += 1
                 return None
             # Straight to the entry log in journal order: no copy into the write cache, no sort.
-            rejected = self._replay_runs.add(ledger_id, entry_id, body)
-            if self._replay_runs.count >= REPLAY_SLOTS_MAX:
+            rejected = self._store_of(ledger_id).runs.add(ledger_id, entry_id, body)
+            if self._replay_count() >= REPLAY_SLOTS_MAX:
                 self._write_replay_slots()
             return rejected
         elif kind is RecordKind.MASTER_KEY:
@@ -356,15 +378,23 @@ class Storage:
 
     def _write_replay_slots(self) -> None:
         """Index the entries replayed so far (their entry log bytes are fsynced before lastMark moves)."""
-        slots = self._replay_runs.drain()
+        slots: dict[int, dict[int, int]] = {}
+        for store in self._stores:
+            slots.update(store.runs.drain())
+            store.writer.flush()
         for ledger_id, ledger_slots in slots.items():
             info = self._ledgers[ledger_id]
             info.last_entry_id = max(info.last_entry_id, max(ledger_slots))
-        self._writer.flush()
         headers = self._dirty_headers()
         for ledger_id in sorted(slots.keys() | headers.keys()):
-            self._index.write(ledger_id, headers.get(ledger_id), slots.get(ledger_id, {}))
-        self._index.commit()
+            self._store_of(ledger_id).index.write(ledger_id, headers.get(ledger_id), slots.get(ledger_id, {}))
+        for store in self._stores:
+            store.index.commit()
+
+    def _store_of(self, ledger_id: int) -> LedgerDirStore:
+        """The entry logs and index holding the ledger (db engine: its ledger dir, Java's rule)."""
+        stores = self._stores
+        return stores[ledger_id % len(stores)] if len(stores) > 1 else stores[0]
 
     def _replay_ledger_state(self, kind: RecordKind, body: memoryview) -> None:
         ledger_id = jf.record_key(body)[0]
@@ -487,7 +517,7 @@ class Storage:
         info = self._ledgers.get(ledger_id)
         if info is not None:
             return info
-        loaded = self._index.load(ledger_id)
+        loaded = self._store_of(ledger_id).index.load(ledger_id)
         if loaded is None:
             return None
         header = loaded.header
@@ -679,22 +709,36 @@ class Storage:
         if data is None and self._flushing is not None:
             data = self._flushing.get(ledger_id, entry_id)
         if data is not None:
+            self.read_cache_metrics.hits += 1
             return _EOK, data
-        return self._read_stored(ledger_id, entry_id)
+        store = self._store_of(ledger_id)
+        cache = store.read_cache
+        if cache is not None:
+            data = cache.get(ledger_id, entry_id)
+            # A read-ahead does not check digests (as Java's): checked here, a bad one read again below.
+            if data is not None and self._digest_ok(ledger_id, entry_id, data):
+                self.read_cache_metrics.hits += 1
+                return _EOK, data
+        return self._read_stored(ledger_id, entry_id, read_ahead=cache is not None)
 
-    def _read_stored(self, ledger_id: int, entry_id: int, verify: bool = True) -> tuple[int, bytes]:
+    def _read_stored(
+        self, ledger_id: int, entry_id: int, verify: bool = True, read_ahead: bool = False
+    ) -> tuple[int, bytes]:
         path, slot_offset = None, 0
+        store = self._store_of(ledger_id)
         try:
-            location, path, slot_offset = self._index.location(ledger_id, entry_id)
+            location, path, slot_offset = store.index.location(ledger_id, entry_id)
             if not location:
                 return self.metrics.error(_ENOENTRY), b""
-            data = self._reader.read(location, ledger_id, entry_id)
+            data = store.reader.read(location, ledger_id, entry_id)
             if verify and not self._digest_ok(ledger_id, entry_id, data):
                 log_id, offset = ef.split_location(location)
                 raise CorruptDataError(
                     f"entry log {ef.log_file_name(log_id)} offset {offset}: digest mismatch "
                     f"({self._read_digests.by_ledger[ledger_id].name} ledger)"
                 )
+            if read_ahead:
+                self._read_ahead(store, ledger_id, entry_id, location, data)
             return _EOK, data
         except (CorruptDataError, ProtocolError, OSError) as exc:
             log.error(
@@ -706,6 +750,28 @@ class Storage:
                 exc,
             )
             return self.metrics.error(_EIO), b""
+
+    def _read_ahead(
+        self, store: LedgerDirStore, ledger_id: int, entry_id: int, location: int, data: bytes
+    ) -> None:
+        """A read from the entry log (a read cache miss): cache it and the ledger's entries after it in
+        that log (Java's fillReadAheadCache); a failure only ends the read-ahead."""
+        cache = store.read_cache
+        assert cache is not None
+        metrics = self.read_cache_metrics
+        metrics.misses += 1
+        cache.put(ledger_id, entry_id, data)
+        try:
+            fd = store.reader.fd_of(location)
+            log_id, durable_end = store.writer.durable  # the log being written: not past its fsync
+            end = durable_end if log_id == ef.split_location(location)[0] else None
+            count, size = cache.read_ahead(fd, ledger_id, location, len(data), end)
+        except (CorruptDataError, ProtocolError, OSError) as exc:
+            log.debug("read-ahead of ledger %d after entry %d: %s", ledger_id, entry_id, exc)
+            return
+        metrics.batches += 1
+        metrics.batch_entries += count
+        metrics.batch_bytes += size
 
     def _digest_ok(self, ledger_id: int, entry_id: int, data: bytes) -> bool:
         """Does a stored entry's digest verify? A disk's flipped bits are an EIO, never wrong bytes.
@@ -751,7 +817,7 @@ class Storage:
             if buffer is not None:
                 cached.update(entry_id for entry_id, _ in buffer.numbered())
         pool = self._reactor.getThreadPool()
-        indexed = self._index.entry_ids(ledger_id)
+        indexed = self._store_of(ledger_id).index.entry_ids(ledger_id)
         done = deferToThreadPool(self._reactor, pool, _availability, indexed, sorted(cached))
         failed = self._availability_failed
         return done.addCallbacks(lambda body: (_EOK, body), failed, errbackArgs=(ledger_id,))
@@ -865,7 +931,8 @@ class Storage:
         except OSError:
             # No lastMark is written: replay still covers every entry of this run, and they stay in
             # the write cache (see _checkpoint_done). The unflushed entry log bytes go.
-            self._writer.discard_unflushed()
+            for store in self._stores:
+                store.writer.discard_unflushed()
             raise
         if run.moves and time.monotonic() - self._marks_written_at < COMPACTION_MARK_INTERVAL_S:
             return  # lastMark may lag (replay covers more); see COMPACTION_MARK_INTERVAL_S
@@ -910,24 +977,36 @@ class Storage:
         """
         slots: dict[int, bytes] = {}
         for ledger_id in sorted(cache.ledgers):
-            slots[ledger_id] = _write_ledger(self._writer, ledger_id, cache.ledgers[ledger_id])
-        relocated = write_moves(self._writer, moves)
-        self._writer.flush()
-        if relocated:
+            writer = self._store_of(ledger_id).writer
+            slots[ledger_id] = _write_ledger(writer, ledger_id, cache.ledgers[ledger_id])
+        relocated = [write_moves(store.writer, self._moves_of(store, moves)) for store in self._stores]
+        for store in self._stores:
+            store.writer.flush()
+        if any(relocated):
             fault_point("compaction-copied")  # the copies are durable, the index still names the old log
         for ledger_id in sorted(slots.keys() | headers.keys()):
             header = headers.get(ledger_id)
             ledger = cache.ledgers.get(ledger_id)
+            index = self._store_of(ledger_id).index
             if ledger is None:
-                self._index.write(ledger_id, header, {})
+                index.write(ledger_id, header, {})
             elif ledger.dense:
-                self._index.write_run(ledger_id, header, ledger.first_id, slots[ledger_id])
+                index.write_run(ledger_id, header, ledger.first_id, slots[ledger_id])
             else:
-                self._index.write(ledger_id, header, ledger.locations(slots[ledger_id]))
-        self._index.commit()
+                index.write(ledger_id, header, ledger.locations(slots[ledger_id]))
+        for store in self._stores:
+            store.index.commit()
         # After the cache's slots: an entry rewritten since compaction read it keeps its newer slot.
-        for ledger_id, ledger_moves in sorted(relocated.items()):
-            self._index.relocate(ledger_id, ledger_moves)
+        for store, store_relocated in zip(self._stores, relocated, strict=True):
+            for ledger_id, ledger_moves in sorted(store_relocated.items()):
+                store.index.relocate(ledger_id, ledger_moves)
+
+    def _moves_of(self, store: LedgerDirStore, moves: list[Moved]) -> list[Moved]:
+        """Compaction's batches from the store's own entry logs (one log's ledgers all live in the
+        directory the log is in, so a batch's first ledger says which)."""
+        if len(self._stores) == 1:
+            return moves
+        return [m for m in moves if len(m) and self._store_of(m.ledgers[0]) is store]
 
     def _write_last_marks(self, marks: tuple[Mark, ...]) -> None:
         """Every journal's mark to every ledger dir (after the entry log and index are fsynced)."""
@@ -972,14 +1051,17 @@ class Storage:
     def ledger_ids(self) -> Deferred[set[int]]:
         """Every ledger the bookie holds: in memory now, and every index file (walked in a pool thread)."""
         known = set(self._ledgers)
-        walk = deferToThreadPool(self._reactor, self._reactor.getThreadPool(), self._index.ledger_ids)
+        walk = deferToThreadPool(self._reactor, self._reactor.getThreadPool(), self._indexed_ledger_ids)
         return walk.addCallback(lambda indexed: indexed | known)
 
+    def _indexed_ledger_ids(self) -> set[int]:
+        return set().union(*(store.index.ledger_ids() for store in self._stores))
+
     def holds_ledger(self, ledger_id: int) -> bool:
-        return ledger_id in self._ledgers or self._index.find(ledger_id) is not None
+        return ledger_id in self._ledgers or self.index_path(ledger_id) is not None
 
     def index_path(self, ledger_id: int) -> Path | None:
-        return self._index.find(ledger_id)
+        return self._store_of(ledger_id).index.find(ledger_id)
 
     def unflushed_ledgers(self) -> set[int]:
         """Ledgers with entries in the write caches (not yet in their index files)."""
@@ -997,7 +1079,9 @@ class Storage:
             self._active.size_bytes -= len(buffer.records)
         self._read_digests.by_ledger.pop(ledger_id, None)
         self._unverifiable.discard(ledger_id)
-        return self._index.delete(ledger_id) is not None or held
+        store = self._store_of(ledger_id)
+        store.forget_ledger(ledger_id)
+        return store.index.delete(ledger_id) is not None or held
 
     @property
     def disk_full(self) -> bool:
@@ -1010,12 +1094,35 @@ class Storage:
 
     @property
     def current_log_id(self) -> int:
-        """The entry log the checkpoints write to (never collected)."""
-        return self._writer.log_id
+        """The entry log the checkpoints write to (never collected); the first store's with several
+        (each store's: `store(i).writer.log_id`)."""
+        return self._stores[0].writer.log_id
 
     def entry_logs(self) -> dict[int, Path]:
-        """Every entry log file by id (a directory listing: call off the reactor)."""
-        return existing_log_ids(self.config.ledger_dirs)
+        """Every entry log file by id (a directory listing: call off the reactor); the first store's
+        with several (log ids are per directory there: see `store`)."""
+        return self._stores[0].entry_logs()
+
+    @property
+    def store_count(self) -> int:
+        """1 on the interleaved engine, the number of ledger dirs on the db engine (ledger_dirs.py)."""
+        return len(self._stores)
+
+    def store(self, index: int) -> LedgerDirStore:
+        return self._stores[index]
+
+    # The first (with one ledger dir or the interleaved engine: the only) store's parts.
+    @property
+    def _index(self) -> LedgerIndex:
+        return self._stores[0].index
+
+    @property
+    def _writer(self) -> EntryLogWriter:
+        return self._stores[0].writer
+
+    @property
+    def _reader(self) -> EntryLogReader:
+        return self._stores[0].reader
 
     def relocate(self, moved: Moved) -> Deferred[None]:
         """Copy compaction's live records to the current entry log with the next checkpoint, which
@@ -1026,32 +1133,33 @@ class Storage:
 
     def sync_relocated(self) -> int:
         """Fsync the index files compaction's relocations changed (blocking: call off the reactor)."""
-        return self._index.sync_relocated()
+        return sum(store.index.sync_relocated() for store in self._stores)
+
+    def _db_indexes(self) -> list[DbLedgerIndex]:
+        return [store.index for store in self._stores if isinstance(store.index, DbLedgerIndex)]
 
     def compact_entry_locations(self) -> Deferred[bool] | None:
-        """Compact the db engine's locations db in a pool thread (True when done); None on the
-        interleaved engine, which has no such db. A compaction already running is not started again."""
-        index = self._index
-        if not isinstance(index, DbLedgerIndex):
+        """Compact the db engine's locations dbs (one per ledger dir, one after the other) in a pool
+        thread (True when done); None on the interleaved engine, which has no such db. A compaction
+        already running is not started again."""
+        indexes = self._db_indexes()
+        if not indexes:
             return None
-        if index.compacting:
+        if any(index.compacting for index in indexes):
             return succeed(False)
         pool = self._reactor.getThreadPool()
-        return deferToThreadPool(self._reactor, pool, index.compact_locations).addCallback(lambda _: True)
+        return deferToThreadPool(self._reactor, pool, _compact_all, indexes).addCallback(lambda _: True)
 
     def entry_locations_compacting(self) -> dict[str, bool]:
-        index = self._index
-        compacting = isinstance(index, DbLedgerIndex) and index.compacting
-        return (
-            {str(d): compacting for d in self.config.ledger_dirs} if isinstance(index, DbLedgerIndex) else {}
-        )
+        return {str(index.current.parent): index.compacting for index in self._db_indexes()}
 
-    def retire_entry_log(self, log_id: int) -> None:
+    def retire_entry_log(self, log_id: int, store: int = 0) -> None:
         """Close the reader's file of an entry log no index slot names any more, before its removal (the
         unlink itself goes to a pool thread: a big file's takes ~20 ms). Never the current log."""
-        if log_id == self._writer.log_id:
+        owner = self._stores[store]
+        if log_id == owner.writer.log_id:
             raise RuntimeError(f"entry log {log_id} is being written")
-        self._reader.forget(log_id)
+        owner.reader.forget(log_id)
 
     # --- stop, info -----------------------------------------------------------------------------
 
@@ -1073,9 +1181,8 @@ class Storage:
         return drained
 
     def _close_files(self, result: object) -> object:
-        self._writer.close()
-        self._reader.close()
-        self._index.close()
+        for store in self._stores:
+            store.close()
         return result
 
     def info(self) -> dict[str, object]:
@@ -1088,8 +1195,9 @@ class Storage:
             "last_mark": list(self.last_mark_written),
             "journal_files": [str(j.path) if j.journal_id >= 0 else None for j in self._journals],
             "last_marks": [list(mark) for mark in self.last_marks_written],
-            "entry_log_id": self._writer.log_id,
-            "entry_log_position": self._writer.position,
+            "entry_log_id": self._stores[0].writer.log_id,
+            "entry_log_position": self._stores[0].writer.position,
+            "entry_log_ids": [store.writer.log_id for store in self._stores],
             "write_cache_bytes": self._active.size_bytes,
             "read_only": self.read_only,
             "journal_dirs": [str(d) for d in self.config.journal_dirs],
@@ -1124,6 +1232,11 @@ def _write_ledger(writer: EntryLogWriter, ledger_id: int, ledger: LedgerBuffer) 
             parts.append(shifted_slots(offsets, done, stop, (writer.log_id << 32) + position - begin))
             done = stop
     return b"".join(parts)
+
+
+def _compact_all(indexes: list[DbLedgerIndex]) -> None:
+    for index in indexes:
+        index.compact_locations()
 
 
 def _availability(indexed: Iterator[int], cached: list[int]) -> bytes:

@@ -30,6 +30,8 @@ CLASSES: Final = {
     dbf.STORAGE_CLASS: DB,
 }
 SERVED: Final = frozenset({INTERLEAVED, DB})
+# Beside a RocksDB db whose offline rebuild was killed while swapping the new db in (db_rebuild.py).
+REBUILT_SUFFIX: Final = ".rebuilt"
 
 
 def configured_kind(storage_class: str | None) -> str:
@@ -64,8 +66,18 @@ def found_engine(ledger_dir: Path) -> str | None:
 
 
 def check_storage(kind: str, directories: Iterable[Path]) -> None:
-    """ConflictError when a ledger or index directory holds the other storage's files. Reads only."""
+    """ConflictError when a ledger or index directory holds the other storage's files, or a db whose
+    rebuild was killed while swapping it in (a bookie started there would see no db). Reads only."""
     for directory in directories:
+        current = directory / "current"
+        swapping = [
+            n for n in (dbf.LEDGERS_DB, dbf.LOCATIONS_DB) if (current / (n + REBUILT_SUFFIX)).exists()
+        ]
+        if swapping:
+            raise ConflictError(
+                f"{current}: the rebuild of {', '.join(swapping)} was killed while swapping it in: refusing "
+                "to start, nothing was changed; run `bkctl index rebuild` on this directory again"
+            )
         foreign = found_kinds(directory) - {kind}
         if foreign:
             other = foreign.pop()

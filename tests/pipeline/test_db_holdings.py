@@ -1,5 +1,6 @@
 """The offline audit's reading of a DbLedgerStorage dir (a Java 4.14.8 bookie's): what its locations db
-says the bookie holds, the digests of the copies checked, the directory left unchanged."""
+says the bookie holds, the digests of the copies checked, the directory left unchanged; each of a
+bookie's two ledger dirs read against its own entry logs."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from bkctl.model import DigestType
 from bkctl.pipeline import bitmaps, inventory
 from bkctl.pipeline.bookie_dirs import BookieDirs, db_dirs
 from tests.conftest import REPO
+from tests.server.helpers import Durable, ledger_dirs, started, twisted_test
+from tests.server.test_storage import add_all
 from tests.test_inspect import _hashes
 
 PLACEMENT_INDEX = (0, 0, 1, 1)  # bookie1's index in the ensembles of ledgers 0-3
@@ -40,3 +43,23 @@ def test_db_holdings_of_a_java_db_dir(tmp_path: Path) -> None:
         index = PLACEMENT_INDEX[ledger_id]
         expected = [e for e in range(last + 1) if index in (e % 3, (e + 1) % 3)]
         assert held[ledger_id] == expected
+
+
+@twisted_test
+async def test_db_holdings_of_two_ledger_dirs_read_each_dirs_own_logs(tmp_path: Path) -> None:
+    durable = Durable()
+    dirs = ledger_dirs(tmp_path, 2)
+    storage = started(tmp_path, durable, engine="db", ledger_dirs=dirs, log_size_limit=16 * 1024)
+    for ledger_id in range(4):
+        await add_all(storage, durable, ledger_id, 200)
+    await storage.stop()
+    assert all((d / "current" / "0.log").is_file() for d in dirs)  # the same log ids in both
+    bookie = BookieDirs("b", [d / "current" for d in dirs])
+    verify = inventory.Verify({i: (DigestType.CRC32C, None) for i in range(4)})
+    for n, current in enumerate(db_dirs(bookie)):
+        rows = list(inventory.db_holdings(bookie, current, verify))
+        assert {row[1] for row in rows} == {n, n + 2}
+        for _, _, _, bits, ok, bad, _, problem in rows:
+            size = len(bits) * 8
+            assert problem is None and not bitmaps.unpack(bad, size).any()
+            assert bitmaps.unpack(ok, size).sum() == bitmaps.unpack(bits, size).sum() == 200

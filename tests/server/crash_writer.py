@@ -1,8 +1,8 @@
 """Child process of the crash tests: adds entries forever, printing each acknowledged `ledger entry`.
 
-Run as `python -m tests.server.crash_writer DIR [JOURNAL_DIRS [ENGINE]]` (journal dirs DIR/journal,
-DIR/journal1, ...; ENGINE interleaved or db); the test kills it with SIGKILL. It exits on its own after
-a while so it can never outlive a failed test.
+Run as `python -m tests.server.crash_writer DIR [JOURNAL_DIRS [ENGINE [LEDGER_DIRS]]]` (journal dirs
+DIR/journal, DIR/journal1, ...; ENGINE interleaved or db; ledger dirs DIR/ledgers, DIR/ledgers1, ...);
+the test kills it with SIGKILL. It exits on its own after a while so it can never outlive a failed test.
 The tests' side: `run_until_killed` and `assert_served_right`.
 """
 
@@ -22,7 +22,7 @@ from twisted.internet import reactor as _reactor
 from bkctl.protocol.wire import ReturnCode
 from bkctl.server.storage import Storage
 from tests.conftest import REPO
-from tests.server.helpers import KEY, WAIT_S, config, journal_dirs, packaged
+from tests.server.helpers import KEY, WAIT_S, config, journal_dirs, ledger_dirs, packaged
 
 reactor: Any = _reactor
 LEDGERS = 5
@@ -42,6 +42,7 @@ def main() -> None:
     directory = Path(sys.argv[1])
     journal_count = int(sys.argv[2]) if len(sys.argv) > 2 else 1
     engine = sys.argv[3] if len(sys.argv) > 3 else "interleaved"
+    ledger_dir_count = int(sys.argv[4]) if len(sys.argv) > 4 else 1
 
     def on_durable(tokens: list[Any]) -> None:
         sys.stdout.write("".join(f"{t[0]} {t[1]}\n" for t in tokens))
@@ -51,6 +52,7 @@ def main() -> None:
         config(
             directory,
             journal_dirs=journal_dirs(directory, journal_count),
+            ledger_dirs=ledger_dirs(directory, ledger_dir_count),
             flush_interval_ms=50,
             write_cache_max_bytes=64 * 1024,
             log_size_limit=256 * 1024,
@@ -77,11 +79,12 @@ def main() -> None:
 
 
 def run_until_killed(
-    directory: Path, journal_count: int = 1, engine: str = "interleaved"
+    directory: Path, journal_count: int = 1, engine: str = "interleaved", ledger_dir_count: int = 1
 ) -> list[tuple[int, int]]:
     """Run the writer on `directory` until ACKED_MIN adds are acknowledged, SIGKILL it; the acknowledged."""
+    args = [str(directory), str(journal_count), engine, str(ledger_dir_count)]
     child = subprocess.Popen(
-        [sys.executable, "-m", "tests.server.crash_writer", str(directory), str(journal_count), engine],
+        [sys.executable, "-m", "tests.server.crash_writer", *args],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,

@@ -40,6 +40,11 @@ def journal_dirs(tmp_path: Path, count: int) -> tuple[Path, ...]:
     return (tmp_path / "journal", *(tmp_path / f"journal{i}" for i in range(1, count)))
 
 
+def ledger_dirs(tmp_path: Path, count: int) -> tuple[Path, ...]:
+    """`count` ledger dirs: tmp_path/ledgers (the single-dir default), then ledgers1, ledgers2, ..."""
+    return (tmp_path / "ledgers", *(tmp_path / f"ledgers{i}" for i in range(1, count)))
+
+
 def packaged(ledger_id: int, entry_id: int, payload: bytes | None = None) -> bytes:
     data = payload if payload is not None else f"L{ledger_id}-E{entry_id}".encode()
     return entry.package_entry(

@@ -37,7 +37,8 @@ DATA = REPO / "tests" / "data"
 def _killed(storage: Storage) -> None:
     """As kill -9: no checkpoint; RocksDB closed without a flush (its data only in its WAL)."""
     abandon(storage)
-    storage._index.close()
+    for store in range(storage.store_count):
+        storage.store(store).index.close()
 
 
 @twisted_test
@@ -116,8 +117,8 @@ async def test_each_engine_refuses_the_others_directories(tmp_path: Path) -> Non
     await storage.stop()
     with pytest.raises(ConflictError, match="holds DbLedgerStorage files"):
         started(tmp_path / "db")
-    with pytest.raises(UsageError, match="one ledger directory"):
-        config(tmp_path, engine="db", ledger_dirs=(tmp_path / "a", tmp_path / "b"))
+    with pytest.raises(UsageError, match="listed twice"):
+        config(tmp_path, engine="db", ledger_dirs=(tmp_path / "a", tmp_path / "a"))
 
 
 def _placement(ledger_id: int, entry_id: int) -> bool:

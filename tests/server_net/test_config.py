@@ -195,6 +195,12 @@ def test_ledger_storage_class_selects_the_engine_and_its_write_cache_key() -> No
     }
     db = storage_config(load_config(keys))
     assert db.engine == "db" and db.write_cache_max_bytes == 16 * 1024 * 1024
+    assert (db.read_cache_max_bytes, db.read_ahead_batch) == (64 * 1024 * 1024, 100)  # the defaults
+    read_keys = {"dbStorage_readAheadCacheMaxSizeMb": "0", "dbStorage_readAheadCacheBatchSize": "7"}
+    no_cache = storage_config(load_config({**keys, **read_keys}))
+    assert (no_cache.read_cache_max_bytes, no_cache.read_ahead_batch) == (0, 7)
+    with pytest.raises(UsageError, match="dbStorage_readAheadCacheBatchSize"):
+        load_config({"dbStorage_readAheadCacheBatchSize": "-1"})
     keys["ledgerStorageClass"] = "org.apache.bookkeeper.bookie.SortedLedgerStorage"
     sorted_ = storage_config(load_config(keys))
     assert sorted_.engine == "interleaved" and sorted_.write_cache_max_bytes == 8 * 1024 * 1024
