@@ -1,0 +1,196 @@
+"""Kerberos (SASL GSSAPI) against a real MIT KDC (the session's `realm`): to a ZooKeeper that
+authenticates with GSSAPI, and between bkctl's client and bkctl's bookies, with the JAAS sections Java
+reads (Krb5LoginModule, keyTab, principal). With the ticket everything works; without one, or as a
+principal outside saslJaasClientAllowedIds, one line and exit 9, at once, and nothing is written."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from kazoo.client import KazooClient
+
+from bkctl.errors import AccessDeniedError, ExitCode, UnauthorizedError, UsageError
+from bkctl.kerberos import KerberosLogin
+from bkctl.metadata.layout import Layout
+from bkctl.metadata.retry import RetryPolicy
+from bkctl.metadata.zk_auth import ZkAuth, zk_auth
+from bkctl.metadata.zk_server import ZooKeeperServer
+from bkctl.metadata.zookeeper import ZooKeeperStore
+from bkctl.sasl import BOOKIE_FACTORY, CLIENT_FACTORY, ClientSasl, client_sasl
+from tests.client.cluster import Cluster, bounded
+from tests.conftest import REPO
+from tests.security.conftest import KRB_BOOKIE, KRB_CLIENT, KRB_INTRUDER, Realm, secure_conf
+from tests.security.test_bookie_sasl import client
+from tests.server_net.live import start_bookie, twisted_test
+
+PW = b"pw"
+COMMAND_S = 90.0  # a bound far beyond a command's own: a refusal retried to a deadline fails the test
+LONG_RETRY = RetryPolicy(deadline_ms=600_000)
+
+
+def login(realm: Realm, name: str) -> KerberosLogin:
+    return KerberosLogin(realm.principal(name), str(realm.keytabs[name]), f"test login {name}")
+
+
+def bkctl(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bkctl", *args],
+        cwd=REPO,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=COMMAND_S,
+        check=False,
+    )
+
+
+# --- ZooKeeper -------------------------------------------------------------------------------------
+
+
+def test_zookeeper_with_a_keytab_creates_creator_only_nodes(
+    realm: Realm, zookeeper_kerberos: ZooKeeperServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("BKCTL_JAAS", str(realm.jaas(tmp_path, Client=KRB_CLIENT)))
+    auth = zk_auth({"zkEnableSecurity": "true"})
+    assert auth.kerberos == KerberosLogin(
+        realm.principal(KRB_CLIENT), str(realm.keytabs[KRB_CLIENT]), auth.source
+    )
+    root = f"/krb-{uuid.uuid4().hex[:8]}"
+    with ZooKeeperStore(zookeeper_kerberos.hosts, auth=auth, retry=LONG_RETRY) as store:
+        Layout(store, f"{root}/ledgers").init_cluster()
+        assert Layout(store, f"{root}/ledgers").instance_id() is not None
+    raw = KazooClient(zookeeper_kerberos.hosts, **auth.kazoo_kwargs())
+    raw.start(timeout=10)
+    try:
+        acls, _ = raw.get_acls(f"{root}/ledgers")
+        assert [(a.perms, a.id.scheme, a.id.id) for a in acls] == [(31, "sasl", realm.principal(KRB_CLIENT))]
+    finally:
+        raw.stop()
+        raw.close()
+    with (
+        ZooKeeperStore(zookeeper_kerberos.hosts, auth=ZkAuth(), retry=LONG_RETRY) as anonymous,
+        pytest.raises(AccessDeniedError, match="NoAuth"),
+    ):
+        anonymous.set(f"{root}/ledgers", b"theirs")
+
+
+def test_zookeeper_without_a_ticket_is_one_line_and_exit_9(
+    realm: Realm, zookeeper_kerberos: ZooKeeperServer, tmp_path: Path
+) -> None:
+    # useTicketCache with an empty cache: no ticket, and bkctl never prompts for a password.
+    jaas = tmp_path / "no-ticket.conf"
+    jaas.write_text(
+        "Client {\n    com.sun.security.auth.module.Krb5LoginModule required\n"
+        f'    useTicketCache=true principal="{realm.principal(KRB_CLIENT)}";\n}};\n'
+    )
+    env = {
+        **os.environ,
+        "KRB5CCNAME": f"FILE:{tmp_path / 'empty-ccache'}",
+        "BKCTL_METADATA_TIMEOUT_MS": str(LONG_RETRY.deadline_ms),
+    }
+    env.pop("BKCTL_CONF", None)
+    uri = f"zk://{zookeeper_kerberos.hosts}/krb-{uuid.uuid4().hex[:8]}/ledgers"
+    result = bkctl("--jaas", str(jaas), "--metadata", uri, "ledger", "list", env=env)
+    assert result.returncode == ExitCode.UNAUTHORIZED, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "credentials" in lines[0] and "Traceback" not in result.stderr, lines
+
+
+def test_a_keytab_that_cannot_be_read_is_a_usage_error(realm: Realm, tmp_path: Path) -> None:
+    jaas = realm.jaas(tmp_path, Client=KRB_CLIENT)
+    jaas.write_text(jaas.read_text().replace(str(realm.keytabs[KRB_CLIENT]), str(tmp_path / "missing")))
+    os.environ["BKCTL_JAAS"] = str(jaas)
+    try:
+        with pytest.raises(UsageError, match="is not a readable file"):
+            zk_auth({})
+    finally:
+        del os.environ["BKCTL_JAAS"]
+
+
+# --- between bkctl's client and bkctl's bookies -------------------------------------------------------
+
+
+@pytest.mark.parametrize("protocol", ["v2", "v3"])
+@twisted_test
+async def test_bookies_serve_kerberos_clients_and_refuse_the_others(
+    realm: Realm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, protocol: str
+) -> None:
+    monkeypatch.setenv("BKCTL_JAAS", str(realm.jaas(tmp_path, Bookie=KRB_BOOKIE, BookKeeper=KRB_CLIENT)))
+    allowed = client_sasl({"clientAuthProviderFactoryClass": CLIENT_FACTORY})
+    assert allowed is not None and allowed.kerberos == login(realm, KRB_CLIENT)
+    cluster = await Cluster(tmp_path).start(0)
+    try:
+        for index in range(2):
+            bookie = await start_bookie(
+                tmp_path, f"b{index + 1}", cluster.uri, bookieAuthProviderFactoryClass=BOOKIE_FACTORY
+            )
+            cluster.bookies.append(bookie)
+        lh = await bounded(client(cluster, allowed, protocol).create_ledger(2, 2, 2, password=PW))
+        data = [b"entry-%d" % i for i in range(20)]
+        assert await bounded(lh.add_many(data)) == list(range(20))
+        assert [e.payload for e in await bounded(lh.read(0, 19))] == data
+
+        intruder = login(realm, KRB_INTRUDER)
+        for seed, sasl, error in (
+            (2, None, UnauthorizedError),  # no credentials: every request answered EUA
+            # Not in .*bookkeeper.*: refused on its last token, which the client does not wait on (as
+            # with Java's bookies), so its first requests are answered EUA.
+            (3, ClientSasl(intruder.principal or "", "", intruder), UnauthorizedError),
+        ):
+            with pytest.raises(error):
+                await bounded(
+                    client(cluster, sasl, protocol, seed).open_ledger(lh.ledger_id, PW, recovery=True)
+                )
+        assert sum(bookie.factory.metrics.sasl_refusals for bookie in cluster.bookies) >= 1
+        # Nothing the refused clients sent was applied: the ledger is still open and unfenced.
+        assert await bounded(lh.add(b"still the writer's")) == 20
+    finally:
+        await cluster.stop()
+
+
+# --- the whole cluster, as an operator runs it ----------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_kerberos_cluster_from_the_command_line(
+    realm: Realm, zookeeper_kerberos: ZooKeeperServer, tmp_path: Path
+) -> None:
+    """cluster init, a bookie process and `ledger write|read` with one JAAS file (Client, Bookie,
+    BookKeeper: Krb5LoginModule) and one conf (zkEnableSecurity, both SASL providers); an anonymous
+    read of the same ledger is exit 9."""
+    from tests.server_net.live import BookieProcess
+
+    jaas = realm.jaas(tmp_path, Client=KRB_CLIENT, Bookie=KRB_BOOKIE, BookKeeper=KRB_CLIENT)
+    conf = secure_conf(
+        tmp_path, bookieAuthProviderFactoryClass=BOOKIE_FACTORY, clientAuthProviderFactoryClass=CLIENT_FACTORY
+    )
+    uri = f"zk://{zookeeper_kerberos.hosts}/krb-{uuid.uuid4().hex[:8]}/ledgers"
+    env = {**os.environ, "BKCTL_METADATA": uri, "BKCTL_CONF": str(conf), "BKCTL_JAAS": str(jaas)}
+    env.pop("BKCTL_OUTPUT", None)
+    assert bkctl("cluster", "init", env=env).returncode == 0
+    bookie = BookieProcess(
+        ["--port", "0", "-j", str(tmp_path / "j"), "-l", str(tmp_path / "l")],
+        env={"BKCTL_METADATA": uri, "BKCTL_CONF": str(conf), "BKCTL_JAAS": str(jaas)},
+    )
+    try:
+        bookie.wait_serving()
+        wrote = bkctl(
+            "-o", "json", "ledger", "write", "-E", "1", "-Qw", "1", "-Qa", "1", "--entries", "5", env=env
+        )
+        assert wrote.returncode == 0, wrote.stderr
+        ledger_id = str(json.loads(wrote.stdout)["ledger_id"])
+        read = bkctl("-o", "json", "ledger", "read", ledger_id, env=env)
+        assert read.returncode == 0 and len(json.loads(read.stdout)) == 5, read.stderr
+        anonymous = {key: value for key, value in env.items() if key not in ("BKCTL_JAAS", "BKCTL_CONF")}
+        refused = bkctl("ledger", "read", ledger_id, env=anonymous)
+        assert refused.returncode == ExitCode.UNAUTHORIZED, refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    finally:
+        bookie.terminate()
