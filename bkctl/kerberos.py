@@ -21,7 +21,9 @@ trip, bounded by krb5's own timeouts; cached for the process's later connections
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import socket
 import struct
 import threading
 from dataclasses import dataclass, field
@@ -107,6 +109,30 @@ def credentials(login: KerberosLogin, usage: str) -> Any:
 def _reason(exc: Exception) -> str:
     """GSS-API's major and minor messages on one line."""
     return " ".join(str(exc).split())
+
+
+def java_host_name(host: str) -> str:
+    """The host part of a bookie's principal as Java's client names it (InetSocketAddress.getHostName):
+    an IP address becomes its reverse-DNS name (127.0.0.1: usually `localhost`), a name stays as given.
+    The address itself when there is no reverse name."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    try:
+        return socket.gethostbyaddr(host)[0]
+    except OSError:
+        return host
+
+
+def canonical_host_name(host: str) -> str:
+    """The host part of ZooKeeper's principal as Java's ZooKeeper client names it
+    (`zookeeper.sasl.client.canonicalize.hostname`, default true): the reverse-DNS name of the address
+    the host resolves to, or the host as given when there is none."""
+    try:
+        return socket.gethostbyaddr(socket.gethostbyname(host))[0]
+    except OSError:
+        return host
 
 
 def realm_of(principal: str) -> str:

@@ -11,7 +11,8 @@ As Java BookKeeper 4.14.8 (org.apache.bookkeeper.sasl):
   `org.apache.bookkeeper.sasl.SASLClientProviderFactory`, with the `username`/`password` or the
   Krb5LoginModule of the JAAS section `saslJaasClientSectionName` (default `BookKeeper`); with Kerberos
   the bookie's principal is `SERVICE/HOST@REALM`: SERVICE `bookkeeper.sasl.servicename` (default
-  `bookkeeper`), HOST the bookie's host as dialled, REALM the client's (Java's SaslClientState);
+  `bookkeeper`), HOST the bookie id's host (an IP address replaced by its reverse-DNS name, as Java's
+  InetSocketAddress.getHostName does), REALM the client's (Java's SaslClientState);
 - the plugin name on the wire is `sasl`.
 The JAAS file is the one `--jaas` / BKCTL_JAAS names; the keys come from the bookie's conf or `--conf`.
 """

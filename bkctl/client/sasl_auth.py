@@ -4,11 +4,12 @@ As Java's AuthHandler.ClientSideHandler with SASLClientProviderFactory (bkctl/sa
 the client sends AUTH (v3, or v2's AuthRequest on a v2 connection) with the plugin name `sasl` and its
 first token (empty for DIGEST-MD5), then answers each of the bookie's tokens with pure-sasl's
 DIGEST-MD5 client until the bookie's `rspauth` checked out, or with bkctl/kerberos.py's GSSAPI client
-(the bookie's principal SERVICE/HOST@REALM, HOST as dialled) until it sent its security-layer answer,
-which Java's bookie does not answer; requests flow only then. A bookie without
-authentication answers `AuthDisabledPlugin`, which counts as done, as in Java. A refusal (EUA, an
-undecodable or foreign answer, the connection closed, or no end within the connect timeout) fails the
-connection: its requests fail with RC_UNAUTHENTICATED (exit 9 in commands) and the reason is logged.
+(the bookie's principal SERVICE/HOST@REALM, HOST the bookie id's host as Java's client names it) until
+it sent its security-layer answer, which Java's bookie does not answer; requests flow only then. A
+bookie without authentication answers `AuthDisabledPlugin`, which counts as done, as in Java. A
+refusal (EUA, an undecodable or foreign answer, the connection closed, or no end within the connect
+timeout) fails the connection: its requests fail with RC_UNAUTHENTICATED (exit 9 in commands) and
+the reason is logged.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 from bkctl import limits
 from bkctl.errors import ProtocolError
-from bkctl.kerberos import GssapiClient
+from bkctl.kerberos import GssapiClient, java_host_name
 from bkctl.protocol import wire, wire_v3
 from bkctl.protocol.sasl_digest import HOST, SERVICE
 from bkctl.protocol.wire_v3 import Operation, OperationType
@@ -59,7 +60,7 @@ class ClientAuth:
         settings = self._settings
         try:
             if settings.kerberos is not None:
-                host = self._bookie_id.rsplit(":", 1)[0].strip("[]")
+                host = java_host_name(self._bookie_id.rsplit(":", 1)[0].strip("[]"))
                 self._sasl = GssapiClient(settings.kerberos, settings.service, host)
                 self._token(self._sasl.process(None))
                 return

@@ -3,7 +3,8 @@
 - Credentials come from the JAAS file's `Client` section (ZooKeeper's client reads the same one):
   a DigestLoginModule `username`/`password` means SASL DIGEST-MD5 (through kazoo and pure-sasl); a
   Krb5LoginModule (keyTab/principal or the ticket cache) means SASL GSSAPI, to the server principal
-  `zookeeper/<host dialled>@<the client's realm>` (bkctl/kerberos.py, through kazoo's SASL).
+  `zookeeper/<host>@<the client's realm>`, the host canonicalized as Java's ZooKeeper client does
+  (bkctl/kerberos.py, through kazoo's SASL).
   `BKCTL_ZK_DIGEST=user:password` adds ZooKeeper's plain `digest` scheme (zkCli's `addauth digest`).
 - `zkEnableSecurity=true` (in `--conf` / BKCTL_CONF, or the bookie's conf) makes every node bkctl creates
   carry ZooKeeper's CREATOR_ALL_ACL, as Java's `ZkUtils.getACLs` does; without it nodes are open to
@@ -23,7 +24,7 @@ from puresasl.mechanisms import Mechanism
 
 from bkctl.errors import ProtocolError, UsageError
 from bkctl.jaas import ENV_JAAS, jaas_from_env, section
-from bkctl.kerberos import GssapiClient, KerberosLogin, kerberos_login
+from bkctl.kerberos import GssapiClient, KerberosLogin, canonical_host_name, kerberos_login
 from bkctl.properties import properties_from_env
 
 ENV_DIGEST: Final = "BKCTL_ZK_DIGEST"
@@ -110,7 +111,8 @@ def _register_gssapi() -> None:
 
 class _PureSaslGssapi(Mechanism):  # type: ignore[misc]
     """pure-sasl's Mechanism interface over bkctl.kerberos.GssapiClient (kazoo calls `process` until
-    `complete`, then `dispose`). kazoo passes the host it dialled; the service is `zookeeper`."""
+    `complete`, then `dispose`). kazoo passes the host it dialled; the service is `zookeeper`. The
+    login and the KDC round trip run in kazoo's connection thread, never on a reactor."""
 
     name = "GSSAPI"
     score = 100
@@ -126,7 +128,8 @@ class _PureSaslGssapi(Mechanism):  # type: ignore[misc]
     def process(self, challenge: bytes | None = None) -> bytes:
         try:  # the login (a KDC round trip) fails here, where kazoo reports it as refused credentials
             if self._client is None:
-                self._client = GssapiClient(self._login, self.sasl.service or "zookeeper", self.sasl.host)
+                host = canonical_host_name(self.sasl.host)
+                self._client = GssapiClient(self._login, self.sasl.service or "zookeeper", host)
             token = self._client.process(challenge)
         except ProtocolError as exc:
             raise SASLProtocolException(str(exc)) from None

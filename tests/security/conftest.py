@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from bkctl.errors import UnavailableError
+from bkctl.kerberos import canonical_host_name, java_host_name
 from bkctl.metadata.kdc import Kdc
 from bkctl.metadata.zk_server import ServerKerberos, ZooKeeperServer
 
@@ -54,8 +55,10 @@ def zookeeper_sasl() -> Iterator[ZooKeeperServer]:
 
 # --- Kerberos: one KDC per test session, shared by every Kerberos test -------------------------------
 
-KRB_ZOOKEEPER = "zookeeper/127.0.0.1"  # the ZooKeeper server's principal (the host bkctl dials)
-KRB_BOOKIE = "bookkeeper/127.0.0.1"  # a bookie's (bookkeeper.sasl.servicename / the host dialled)
+# The servers' principals name their host as Java's clients do: ZooKeeper's canonicalized, a bookie's
+# an IP address's reverse-DNS name (127.0.0.1: `localhost` with a usual /etc/hosts).
+KRB_ZOOKEEPER = f"zookeeper/{canonical_host_name('127.0.0.1')}"
+KRB_BOOKIE = f"bookkeeper/{java_host_name('127.0.0.1')}"  # bookkeeper.sasl.servicename / its host
 KRB_CLIENT = "bookkeeper-client"  # bkctl's: inside saslJaasClientAllowedIds' default .*bookkeeper.*
 KRB_INTRUDER = "intruder"  # a valid Kerberos user that is not an allowed id
 
@@ -108,7 +111,7 @@ def realm() -> Iterator[Realm]:
 @pytest.fixture(scope="session")
 def zookeeper_kerberos(realm: Realm) -> Iterator[ZooKeeperServer]:
     """Debian's ZooKeeper authenticating clients with SASL GSSAPI (its JAAS Server section logs in as
-    zookeeper/127.0.0.1 from a keytab). Fails, never skips."""
+    KRB_ZOOKEEPER from a keytab). Fails, never skips."""
     kerberos = ServerKerberos(
         realm.principal(KRB_ZOOKEEPER), realm.keytabs[KRB_ZOOKEEPER], realm.kdc.krb5_conf
     )

@@ -22,7 +22,7 @@ from bkctl.metadata.retry import RetryPolicy
 from bkctl.metadata.zk_auth import ZkAuth, zk_auth
 from bkctl.metadata.zk_server import ZooKeeperServer
 from bkctl.metadata.zookeeper import ZooKeeperStore
-from bkctl.sasl import BOOKIE_FACTORY, CLIENT_FACTORY, ClientSasl, client_sasl
+from bkctl.sasl import BOOKIE_FACTORY, CLIENT_FACTORY, BookieSaslKeys, ClientSasl, bookie_sasl, client_sasl
 from tests.client.cluster import Cluster, bounded
 from tests.conftest import REPO
 from tests.security.conftest import KRB_BOOKIE, KRB_CLIENT, KRB_INTRUDER, Realm, secure_conf
@@ -103,15 +103,24 @@ def test_zookeeper_without_a_ticket_is_one_line_and_exit_9(
     assert len(lines) == 1 and "credentials" in lines[0] and "Traceback" not in result.stderr, lines
 
 
-def test_a_keytab_that_cannot_be_read_is_a_usage_error(realm: Realm, tmp_path: Path) -> None:
-    jaas = realm.jaas(tmp_path, Client=KRB_CLIENT)
-    jaas.write_text(jaas.read_text().replace(str(realm.keytabs[KRB_CLIENT]), str(tmp_path / "missing")))
-    os.environ["BKCTL_JAAS"] = str(jaas)
-    try:
-        with pytest.raises(UsageError, match="is not a readable file"):
+def test_unusable_kerberos_sections_are_usage_errors(
+    realm: Realm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    jaas = realm.jaas(tmp_path, Client=KRB_CLIENT, Bookie=KRB_BOOKIE)
+    keytab = str(realm.keytabs[KRB_CLIENT])
+    monkeypatch.setenv("BKCTL_JAAS", str(jaas))
+    for old, new, error in (
+        (keytab, str(tmp_path / "missing"), "is not a readable file"),
+        ("useKeyTab=true", "useKeyTab=false", "bkctl cannot prompt for a password"),
+    ):
+        jaas.write_text(realm.jaas(tmp_path, Client=KRB_CLIENT).read_text().replace(old, new))
+        with pytest.raises(UsageError, match=error):
             zk_auth({})
-    finally:
-        del os.environ["BKCTL_JAAS"]
+    # A bookie's keytab without the bookie's principal stops its start, not its first client.
+    jaas.write_text(realm.jaas(tmp_path, Bookie=KRB_BOOKIE).read_text().replace(
+        str(realm.keytabs[KRB_BOOKIE]), keytab))  # fmt: skip
+    with pytest.raises(UsageError, match="Kerberos login"):
+        bookie_sasl(BookieSaslKeys())
 
 
 # --- between bkctl's client and bkctl's bookies -------------------------------------------------------
