@@ -101,6 +101,15 @@ def zk_auth(properties: dict[str, str]) -> ZkAuth:
     return ZkAuth(secure, user, password, digest, source or (ENV_DIGEST if digest else ""), kerberos)
 
 
+_FAILURES: list[str] = []  # the last Kerberos failure of this process's ZooKeeper SASL, for its error
+
+
+def sasl_failure() -> str | None:
+    """Why the last Kerberos (GSSAPI) exchange with ZooKeeper failed (kazoo reports only "protocol
+    error"); None when the last one succeeded or there was none."""
+    return _FAILURES[-1] if _FAILURES else None
+
+
 def _register_gssapi() -> None:
     """Make pure-sasl's GSSAPI, which kazoo asks for by name, bkctl's (python-gssapi): pure-sasl's
     own needs the older `kerberos` module and cannot log in from a keytab."""
@@ -132,8 +141,11 @@ class _PureSaslGssapi(Mechanism):  # type: ignore[misc]
                 self._client = GssapiClient(self._login, self.sasl.service or "zookeeper", host)
             token = self._client.process(challenge)
         except ProtocolError as exc:
+            _FAILURES[:] = [str(exc)]
             raise SASLProtocolException(str(exc)) from None
         self.complete = self._client.complete
+        if self.complete:
+            _FAILURES.clear()
         return token
 
     def dispose(self) -> None:
