@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import subprocess
 import sys
 import uuid
@@ -15,8 +16,8 @@ from pathlib import Path
 import pytest
 from kazoo.client import KazooClient
 
-from bkctl.errors import AccessDeniedError, ExitCode, UnauthorizedError, UsageError
-from bkctl.kerberos import KerberosLogin
+from bkctl.errors import AccessDeniedError, ExitCode, ProtocolError, UnauthorizedError, UsageError
+from bkctl.kerberos import LAYER_NONE, GssapiClient, GssapiServer, KerberosLogin
 from bkctl.metadata.layout import Layout
 from bkctl.metadata.retry import RetryPolicy
 from bkctl.metadata.zk_auth import ZkAuth, zk_auth
@@ -203,3 +204,44 @@ def test_a_kerberos_cluster_from_the_command_line(
         assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
     finally:
         bookie.terminate()
+
+
+# --- RFC 4752's security-layer negotiation, in process --------------------------------------------------
+
+
+def exchange(client: GssapiClient, server: GssapiServer, last: bytes | None = None) -> None:
+    """Run the exchange to its end; `last` (unwrapped) replaces the client's security-layer answer."""
+    token = client.process(None)
+    for _ in range(8):  # bound: GSSAPI with Kerberos takes three client tokens
+        if client.complete and last is not None:
+            token = bytes(client._context.wrap(last, False).message)
+        answer = server.step(token)
+        if answer is None:
+            return
+        token = client.process(answer)
+    raise AssertionError("the exchange did not end")
+
+
+def test_the_security_layer_negotiation_and_its_refusals(realm: Realm) -> None:
+    bookie = login(realm, KRB_BOOKIE)
+    host = KRB_BOOKIE.split("/", 1)[1]
+    client = GssapiClient(login(realm, KRB_CLIENT), "bookkeeper", host)
+    server = GssapiServer(bookie, lambda name: "bookkeeper" in name)
+    exchange(client, server)
+    assert server.complete and server.user == realm.principal(KRB_CLIENT)
+
+    for answer, why in (
+        (struct.pack("!I", LAYER_NONE << 24) + b"someone-else@BKCTL.TEST", "may not act as"),
+        (struct.pack("!I", 0x04 << 24), "security layer 0x4"),  # confidentiality: never offered
+    ):
+        client = GssapiClient(login(realm, KRB_CLIENT), "bookkeeper", host)
+        server = GssapiServer(bookie, lambda name: True)
+        with pytest.raises(ProtocolError, match=why):
+            exchange(client, server, last=answer)
+        assert not server.complete
+
+    intruder = GssapiClient(login(realm, KRB_INTRUDER), "bookkeeper", host)
+    with pytest.raises(ProtocolError, match="not an allowed id"):
+        exchange(intruder, GssapiServer(bookie, lambda name: "bookkeeper" in name))
+    with pytest.raises(ProtocolError, match="not found in Kerberos database"):
+        GssapiClient(login(realm, KRB_CLIENT), "bookkeeper", "no-such-host.test").process(None)
