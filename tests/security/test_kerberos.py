@@ -28,7 +28,7 @@ from tests.client.cluster import Cluster, bounded
 from tests.conftest import REPO
 from tests.security.conftest import KRB_BOOKIE, KRB_CLIENT, KRB_INTRUDER, Realm, secure_conf
 from tests.security.test_bookie_sasl import client
-from tests.server_net.live import start_bookie, twisted_test
+from tests.server_net.live import in_thread, start_bookie, twisted_test
 
 PW = b"pw"
 COMMAND_S = 90.0  # a bound far beyond a command's own: a refusal retried to a deadline fails the test
@@ -161,6 +161,15 @@ async def test_bookies_serve_kerberos_clients_and_refuse_the_others(
         assert sum(bookie.factory.metrics.sasl_refusals for bookie in cluster.bookies) >= 1
         # Nothing the refused clients sent was applied: the ledger is still open and unfenced.
         assert await bounded(lh.add(b"still the writer's")) == 20
+
+        # `audit --online` asks over blocking sockets (pipeline/online.py), with the same login.
+        from bkctl.pipeline.online import OnlineBookie, holdings
+
+        bookie = cluster.bookies[0]
+        host, port = bookie.bookie_id.rsplit(":", 1)
+        online = OnlineBookie(bookie.bookie_id, host, int(port), allowed)
+        rows = await in_thread(lambda: list(holdings(online, [lh.ledger_id], None)))
+        assert rows and not [row for row in rows if row[1] == -1], rows  # no problem row
     finally:
         await cluster.stop()
 
