@@ -13,20 +13,28 @@ What Java BookKeeper 4.14.8 does (TLSContextFactory), and so what bkctl does:
   is checked only with `tlsHostnameVerificationEnabled` (default false); with `tlsClientAuthentication`
   it presents its own `tlsCertificatePath` + `tlsKeyStore`.
 - After the upgrade the connection carries whichever protocol the client speaks: v2 frames are fine.
+- `tlsCertFilesRefreshDurationSeconds` (both sides): files that changed are loaded again. The bookie
+  looks every so often (server/cert_reload.py); the client, as Java's TLSContextFactory, looks when it
+  makes a connection at least that long after it last looked (`client_context`): new connections use
+  the new files, connections already made keep theirs, and files that do not load keep the current
+  context (logged; looked at again next time).
 
 Configuration code; `ssl` is imported where a context is built (`bkctl --help` stays fast).
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Mapping
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
 from bkctl.errors import UsageError
 from bkctl.keystores import read_small_file
+from bkctl.properties import properties_from_env
 
 if TYPE_CHECKING:
     import ssl
@@ -35,6 +43,8 @@ JAVA_PROVIDER_FACTORY: Final = "org.apache.bookkeeper.tls.TLSContextFactory"
 BKCTL_PROVIDER_FACTORY: Final = "bkctl.tls"
 PROVIDER_FACTORIES: Final = (JAVA_PROVIDER_FACTORY, BKCTL_PROVIDER_FACTORY)
 STORE_TYPE: Final = "PEM"  # the default; PKCS12 and JKS stores are turned into PEM (bkctl/keystores.py)
+REFRESH_KEY: Final = "tlsCertFilesRefreshDurationSeconds"
+log = logging.getLogger("bkctl.tls")
 
 # Java's keys. The client also reads clientKeyStore/clientTrustStore (and their types) first, as Java's
 # ClientConfiguration does; the bookie reads the tls* keys only.
@@ -77,7 +87,13 @@ class TlsSettings:
     key_store_type: str = STORE_TYPE  # PKCS12 / JKS: key_path is a store of the key and its chain
     trust_store_type: str = STORE_TYPE  # PKCS12 / JKS: trust_path is a store of certificates
     trust_password_path: Path | None = None  # the trust store's password file (PKCS12 / JKS)
-    refresh_s: int = 0  # bookie only (tlsCertFilesRefreshDurationSeconds): reload changed files; 0: never
+    refresh_s: int = 0  # tlsCertFilesRefreshDurationSeconds: reload changed files; 0: never
+
+    @property
+    def files(self) -> tuple[Path, ...]:
+        """The files a context is built from, the ones a reload looks at."""
+        paths = (self.certificate_path, self.key_path, self.key_password_path, self.trust_path)
+        return tuple(path for path in paths if path is not None)
 
 
 def server_settings(properties: Mapping[str, str]) -> TlsSettings | None:
@@ -96,7 +112,7 @@ def server_settings(properties: Mapping[str, str]) -> TlsSettings | None:
         key_store_type=_kind(properties, "tlsKeyStoreType"),
         trust_store_type=_kind(properties, "tlsTrustStoreType"),
         trust_password_path=_path(properties, "tlsTrustStorePasswordPath"),
-        refresh_s=_seconds(properties, "tlsCertFilesRefreshDurationSeconds"),
+        refresh_s=_seconds(properties, REFRESH_KEY),
     )
     if settings.key_path is None or (
         settings.certificate_path is None and settings.key_store_type == STORE_TYPE
@@ -129,6 +145,7 @@ def client_settings(properties: Mapping[str, str]) -> TlsSettings | None:
         ),
         trust_password_path=_path(properties, "clientTrustStorePasswordPath")
         or _path(properties, "tlsTrustStorePasswordPath"),
+        refresh_s=_seconds(properties, REFRESH_KEY),
     )
     if settings.trust_path is None:
         raise UsageError("TLS is on but no trust store is set (tlsTrustStore: the bookies' CA bundle)")
@@ -198,13 +215,66 @@ def server_context(settings: TlsSettings) -> ssl.SSLContext:
     return context
 
 
-@functools.lru_cache(maxsize=8)
-def client_context(settings: TlsSettings) -> ssl.SSLContext:
+Stamp = tuple[tuple[str, int, int] | None, ...]
+
+
+def files_stamp(paths: tuple[Path, ...]) -> Stamp:
+    """What tells a changed file: its path, modification time and size (None: unreadable now)."""
+    return tuple(_file_stamp(path) for path in paths)
+
+
+def _file_stamp(path: Path) -> tuple[str, int, int] | None:
+    try:
+        status = path.stat()
+    except OSError:
+        return None
+    return str(path), status.st_mtime_ns, status.st_size
+
+
+@dataclass
+class _Loaded:
+    context: ssl.SSLContext
+    stamp: Stamp
+    looked_at: float
+
+
+_CLIENT_CONTEXTS: dict[TlsSettings, _Loaded] = {}
+_CLIENT_CONTEXTS_LOCK = threading.Lock()
+CLIENT_CONTEXTS_MAX: Final = 8  # local bound: settings a process keeps a context for
+
+
+def client_context(settings: TlsSettings, clock: Callable[[], float] = time.monotonic) -> ssl.SSLContext:
+    """The client's context for a new connection: built once per settings (it reads the files, and
+    connections are made on the reactor thread), built again when `refresh_s` passed since the files
+    were last looked at and one of them changed; files that do not load keep the current context."""
+    now = clock()
+    with _CLIENT_CONTEXTS_LOCK:
+        loaded = _CLIENT_CONTEXTS.get(settings)
+        if loaded is None:
+            stamp = files_stamp(settings.files)
+            loaded = _Loaded(_client_context(settings), stamp, now)
+            if len(_CLIENT_CONTEXTS) >= CLIENT_CONTEXTS_MAX:
+                _CLIENT_CONTEXTS.pop(next(iter(_CLIENT_CONTEXTS)))
+            _CLIENT_CONTEXTS[settings] = loaded
+        elif settings.refresh_s > 0 and now - loaded.looked_at >= settings.refresh_s:
+            loaded.looked_at = now
+            stamp = files_stamp(settings.files)
+            if stamp != loaded.stamp:
+                try:
+                    loaded.context = _client_context(settings)
+                except UsageError as exc:
+                    log.warning("TLS files changed but do not load, keeping the current ones: %s", exc)
+                else:
+                    loaded.stamp = stamp
+                    log.info("TLS client certificate files reloaded; new connections use them")
+        return loaded.context
+
+
+def _client_context(settings: TlsSettings) -> ssl.SSLContext:
     """The client's side: the bookie's chain must reach the trust store; its host name is checked only
     with hostname_verification (the channel then passes the host dialled as `server_hostname`, and
     OpenSSL matches it against the certificate's DNS names, one `*.` label allowed, or IP addresses, as
-    Java's HTTPS endpoint identification does). Built once per settings, not per connection: it reads
-    the PEM files, and connections are made on the reactor thread (the host is no longer part of it)."""
+    Java's HTTPS endpoint identification does)."""
     import ssl
 
     context = _context(ssl.PROTOCOL_TLS_CLIENT)  # verify_mode CERT_REQUIRED
@@ -319,8 +389,8 @@ ENV_HOSTNAME_VERIFICATION: Final = "BKCTL_TLS_HOSTNAME_VERIFICATION"
 
 def client_settings_from_env(environ: Mapping[str, str]) -> TlsSettings | None:
     """`--tls` and its files (env BKCTL_TLS*) as Java client keys; the client certificate is presented
-    when both --tls-cert and --tls-key are given. The files are loaded once here, so a bad one is a usage
-    error before any connection."""
+    when both --tls-cert and --tls-key are given; `tlsCertFilesRefreshDurationSeconds` comes from
+    `--conf`. The files are loaded once here, so a bad one is a usage error before any connection."""
     if environ.get(ENV_TLS, "") not in ("1", "true"):
         return None
     certificate, key = environ.get(ENV_CERTIFICATE, ""), environ.get(ENV_KEY, "")
@@ -333,6 +403,7 @@ def client_settings_from_env(environ: Mapping[str, str]) -> TlsSettings | None:
         "tlsKeyStore": key,
         "tlsClientAuthentication": "true" if certificate else "false",
         "tlsHostnameVerificationEnabled": str(environ.get(ENV_HOSTNAME_VERIFICATION) == "1").lower(),
+        REFRESH_KEY: properties_from_env().get(REFRESH_KEY, "0"),  # from --conf, as Java's client conf
     }
     settings = client_settings(properties)
     if settings is not None:

@@ -48,3 +48,27 @@ def test_reload_on_change_and_keep_on_a_bad_file(tmp_path: Path) -> None:
     clock.advance(60)
     assert len(used) == 1
     reloader.stop()
+
+
+def test_the_client_looks_again_after_the_period_and_keeps_a_bad_file(tmp_path: Path) -> None:
+    from bkctl.tls import TlsSettings, client_context
+
+    certs = write_certificates(tmp_path / "certs")
+    trust = tmp_path / "ca.pem"
+    shutil.copy(certs.ca, trust)
+    settings = TlsSettings(trust_path=trust, refresh_s=30)
+    now = [1000.0]
+    first = client_context(settings, clock=lambda: now[0])
+
+    shutil.copy(certs.other_ca, trust)  # changed, but the period has not passed: not looked at
+    os.utime(trust, ns=(2, 2))
+    now[0] += 29
+    assert client_context(settings, clock=lambda: now[0]) is first
+    now[0] += 1
+    second = client_context(settings, clock=lambda: now[0])
+    assert second is not first
+
+    trust.write_text("not a certificate")  # half written: the current context stays
+    os.utime(trust, ns=(3, 3))
+    now[0] += 30
+    assert client_context(settings, clock=lambda: now[0]) is second

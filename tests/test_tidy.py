@@ -36,6 +36,7 @@ LAYER_OF = {
     "properties": "conf",
     "jaas": "conf",
     "sasl": "conf",
+    "kerberos": "conf",
     "keystores": "conf",
     "admin": "admin",
     "server": "server",

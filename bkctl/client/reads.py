@@ -82,7 +82,9 @@ def failure_for(ledger_id: int, entry_id: int, answers: Sequence[tuple[str, int]
     if RC_UNAUTHENTICATED in codes:
         return AccessDeniedError(f"{what}: SASL credentials refused ({detail})")
     if _EUA in codes:
-        return UnauthorizedError(f"{what}: wrong password ({detail})")
+        # EUA also answers a client the bookie did not authenticate (a SASL GSSAPI refusal comes after
+        # the client's last token, which it does not wait on: bkctl/kerberos.py).
+        return UnauthorizedError(f"{what}: wrong password or client not authenticated ({detail})")
     if codes <= _ABSENT:
         return NotFoundError(f"{what}: no such entry ({detail})")
     if RC_DIGEST in codes:
@@ -209,7 +211,8 @@ class LastConfirmedRead:
                 answer = ReadAnswer.UNKNOWN
                 self.codes[-1] = (bookie, RC_DIGEST)
         elif rc == _EUA:
-            self._finish(UnauthorizedError(f"ledger {self.handle.ledger_id}: wrong password ({bookie} EUA)"))
+            why = "wrong password or client not authenticated"
+            self._finish(UnauthorizedError(f"ledger {self.handle.ledger_id}: {why} ({bookie} EUA)"))
             return
         self.found.answers[index] = answer
         self.valid = self.valid or answer is not ReadAnswer.UNKNOWN

@@ -3,10 +3,13 @@
 As Java's AuthHandler.ClientSideHandler with SASLClientProviderFactory (bkctl/sasl.py has the keys):
 the client sends AUTH (v3, or v2's AuthRequest on a v2 connection) with the plugin name `sasl` and its
 first token (empty for DIGEST-MD5), then answers each of the bookie's tokens with pure-sasl's
-DIGEST-MD5 client until the bookie's `rspauth` checked out; requests flow only then. A bookie without
-authentication answers `AuthDisabledPlugin`, which counts as done, as in Java. A refusal (EUA, an
-undecodable or foreign answer, the connection closed, or no end within the connect timeout) fails the
-connection: its requests fail with RC_UNAUTHENTICATED (exit 9 in commands) and the reason is logged.
+DIGEST-MD5 client until the bookie's `rspauth` checked out, or with bkctl/kerberos.py's GSSAPI client
+(the bookie's principal SERVICE/HOST@REALM, HOST the bookie id's host as Java's client names it) until
+it sent its security-layer answer, which Java's bookie does not answer; requests flow only then. A
+bookie without authentication answers `AuthDisabledPlugin`, which counts as done, as in Java. A
+refusal (EUA, an undecodable or foreign answer, the connection closed, or no end within the connect
+timeout) fails the connection: its requests fail with RC_UNAUTHENTICATED (exit 9 in commands) and
+the reason is logged.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 
 from bkctl import limits
 from bkctl.errors import ProtocolError
+from bkctl.kerberos import GssapiClient, java_host_name
 from bkctl.protocol import wire, wire_v3
 from bkctl.protocol.sasl_digest import HOST, SERVICE
 from bkctl.protocol.wire_v3 import Operation, OperationType
@@ -40,12 +44,9 @@ class ClientAuth:
         reactor: Any,
         timeout_s: float,
     ) -> None:
-        from puresasl.client import SASLClient
-
         self._send, self._abort, self._v3, self._bookie_id = send, abort, v3, bookie_id
-        self._sasl = SASLClient(
-            HOST, SERVICE, mechanism="DIGEST-MD5", username=settings.user, password=settings.password
-        )
+        self._settings = settings
+        self._sasl: Any = None  # made in begin(): a Kerberos login may fail, and that fails the connection
         self._buffer = bytearray()
         self.done = False
         self.failure: str | None = None
@@ -56,6 +57,21 @@ class ClientAuth:
         self._timer = None if reactor is None else reactor.callLater(timeout_s, self._fail, why)
 
     def begin(self) -> None:
+        settings = self._settings
+        try:
+            if settings.kerberos is not None:
+                host = java_host_name(self._bookie_id.rsplit(":", 1)[0].strip("[]"))
+                self._sasl = GssapiClient(settings.kerberos, settings.service, host)
+                self._token(self._sasl.process(None))
+                return
+        except ProtocolError as exc:
+            self._fail(str(exc))
+            return
+        from puresasl.client import SASLClient
+
+        self._sasl = SASLClient(
+            HOST, SERVICE, mechanism="DIGEST-MD5", username=settings.user, password=settings.password
+        )
         self._token(b"")
 
     def data_received(self, data: bytes) -> bytes:
@@ -101,10 +117,10 @@ class ClientAuth:
         except Exception as exc:  # pure-sasl raises its own SASLError / SASLProtocolException
             self._fail(f"the bookie's SASL token was refused: {exc}")
             return
+        if not self._sasl.complete or response:
+            self._token(response or b"")  # GSSAPI's last token completes the client as it is sent
         if self._sasl.complete:
             self._finish()
-        else:
-            self._token(response or b"")
 
     def _decode(self, payload: bytes) -> tuple[str, bytes]:
         if not self._v3:

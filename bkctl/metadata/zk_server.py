@@ -14,6 +14,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -46,6 +47,23 @@ Server {{
 {users};
 }};
 """
+# With `kerberos`: ZooKeeper's SASL provider with GSSAPI: its JAAS Server section logs in from a keytab
+# (the server's principal, e.g. zookeeper/127.0.0.1@REALM), its KDC from `java.security.krb5.conf`.
+KERBEROS_JAAS = """\
+Server {{
+    com.sun.security.auth.module.Krb5LoginModule required
+    useKeyTab=true keyTab="{keytab}" storeKey=true useTicketCache=false principal="{principal}";
+}};
+"""
+
+
+@dataclass(frozen=True)
+class ServerKerberos:
+    """A Kerberos-authenticating ZooKeeper's principal, its keytab and the krb5.conf naming the KDC."""
+
+    principal: str
+    keytab: Path
+    krb5_conf: Path
 
 
 def free_port() -> int:
@@ -68,6 +86,19 @@ def four_letter_word(port: int, word: str, timeout_s: float = 1.0) -> str:
         return ""
 
 
+def stop_throwaway(proc: subprocess.Popen[bytes] | None, directory: Path | None) -> None:
+    """SIGTERM a throwaway server, wait, then SIGKILL; remove its directory (None: nothing to do)."""
+    if proc is not None and proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(STOP_TIMEOUT_S)
+    if directory is not None:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
 class ZooKeeperServer:
     """`with ZooKeeperServer() as zk: open_store(zk.hosts)`; `start()`/`stop()` for fixtures."""
 
@@ -78,11 +109,15 @@ class ZooKeeperServer:
         tick_ms: int = 200,
         java: str = "java",
         sasl_users: dict[str, str] | None = None,
+        kerberos: ServerKerberos | None = None,
     ) -> None:
         """`sasl_users`: {name: password} that may authenticate with SASL DIGEST-MD5 (docs/bookie.md
-        "Security"); None: no authentication provider (clients are anonymous, ACLs still apply)."""
+        "Security"); `kerberos`: clients authenticate with SASL GSSAPI instead (one or the other: a
+        Kerberos login makes ZooKeeper's SASL server GSSAPI only); neither: no authentication provider
+        (clients are anonymous, ACLs still apply)."""
         self.heap_mb, self.tick_ms, self.java = heap_mb, tick_ms, java
         self.sasl_users = sasl_users
+        self.kerberos = kerberos
         self.port = 0
         self.directory: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
@@ -150,7 +185,7 @@ class ZooKeeperServer:
             CONFIG.format(
                 tick_ms=self.tick_ms, min_session_ms=2 * self.tick_ms, data_dir=data_dir, port=self.port
             )
-            + (SASL_CONFIG if self.sasl_users is not None else "")
+            + (SASL_CONFIG if self.sasl_users is not None or self.kerberos is not None else "")
         )
         command = [
             java,
@@ -178,10 +213,14 @@ class ZooKeeperServer:
         return False
 
     def _sasl_jvm_options(self) -> list[str]:
-        if self.sasl_users is None:
-            return []
         assert self.directory is not None
         jaas = self.directory / "jaas.conf"
+        if self.kerberos is not None:
+            k = self.kerberos
+            jaas.write_text(KERBEROS_JAAS.format(keytab=k.keytab, principal=k.principal))
+            return [f"-Djava.security.auth.login.config={jaas}", f"-Djava.security.krb5.conf={k.krb5_conf}"]
+        if self.sasl_users is None:
+            return []
         users = "\n".join(f'    user_{name}="{password}"' for name, password in self.sasl_users.items())
         jaas.write_text(SASL_JAAS.format(users=users))
         return [f"-Djava.security.auth.login.config={jaas}"]
@@ -194,17 +233,8 @@ class ZooKeeperServer:
 
     def stop(self) -> None:
         """SIGTERM, wait, then SIGKILL; remove the directory. Idempotent."""
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.send_signal(signal.SIGTERM)
-            try:
-                self._proc.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait(STOP_TIMEOUT_S)
-        self._proc = None
-        if self.directory is not None:
-            shutil.rmtree(self.directory, ignore_errors=True)
-            self.directory = None
+        stop_throwaway(self._proc, self.directory)
+        self._proc, self.directory = None, None
 
     def __enter__(self) -> ZooKeeperServer:
         return self.start()

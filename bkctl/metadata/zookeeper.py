@@ -80,7 +80,7 @@ from bkctl.metadata.store import (
     run_callback,
     validate_path,
 )
-from bkctl.metadata.zk_auth import ZkAuth, zk_auth_from_env
+from bkctl.metadata.zk_auth import ZkAuth, sasl_failure, zk_auth_from_env
 from bkctl.metadata.zk_multiread import Answer, MultiRead, MultiReadError
 from bkctl.metadata.zk_poll import PollHandler
 
@@ -143,7 +143,11 @@ def _map_error(exc: BaseException, path: str, *, creating: bool = False) -> Bkct
             "(--jaas FILE with a Client section)"
         )
     if isinstance(exc, AuthFailedError):
-        return AccessDeniedError("ZooKeeper refused this client's credentials (SASL authentication failed)")
+        why = sasl_failure()  # a Kerberos login or ticket the KDC refused says why
+        return AccessDeniedError(
+            "ZooKeeper refused this client's credentials (SASL authentication failed"
+            + (f": {why})" if why else ")")
+        )
     if isinstance(exc, InvalidACLError):
         return AccessDeniedError(
             f"ZooKeeper refused the ACL of {path} (InvalidACL): creator-only ACLs (zkEnableSecurity) "

@@ -9,17 +9,14 @@ from __future__ import annotations
 import logging
 import ssl
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from twisted.internet import task
 
 from bkctl.errors import UsageError
-from bkctl.tls import TlsSettings, server_context
+from bkctl.tls import TlsSettings, files_stamp, server_context
 
 log = logging.getLogger("bkctl.bookie")
-
-Stamp = tuple[tuple[str, int, int] | None, ...]
 
 
 class CertificateReloader:
@@ -27,8 +24,7 @@ class CertificateReloader:
         self, settings: TlsSettings, use: Callable[[ssl.SSLContext], None], reactor: Any, period_s: float
     ) -> None:
         self._settings, self._use, self._period_s = settings, use, period_s
-        self._files = [p for p in (settings.certificate_path, settings.key_path, settings.trust_path) if p]
-        self._stamp = self._stat()
+        self._stamp = files_stamp(settings.files)
         self._loop = task.LoopingCall(self.check)
         self._loop.clock = reactor
 
@@ -43,7 +39,7 @@ class CertificateReloader:
 
     def check(self) -> bool:
         """Reload when a file changed since the last load; True when a new context is in use."""
-        stamp = self._stat()
+        stamp = files_stamp(self._settings.files)
         if stamp == self._stamp:
             return False
         try:
@@ -55,14 +51,3 @@ class CertificateReloader:
         self._use(context)
         log.info("bookie: TLS certificate files reloaded; new connections use them")
         return True
-
-    def _stat(self) -> Stamp:
-        return tuple(_stamp(path) for path in self._files)
-
-
-def _stamp(path: Path) -> tuple[str, int, int] | None:
-    try:
-        status = path.stat()
-    except OSError:
-        return None
-    return str(path), status.st_mtime_ns, status.st_size

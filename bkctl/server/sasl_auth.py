@@ -3,7 +3,9 @@
 As Java's AuthHandler.ServerSideHandler with SASLBookieAuthProviderFactory (bkctl/sasl.py has the keys):
 - AUTH requests (v3, and v2's AuthRequest of pre-protobuf clients) carry the plugin name `sasl` and the
   client's SASL token; the answer carries the bookie's next token (DIGEST-MD5: the challenge, then
-  `rspauth`, bkctl/protocol/sasl_digest.py). Another plugin name closes the connection, as in Java.
+  `rspauth`, bkctl/protocol/sasl_digest.py; GSSAPI: the context's tokens, then the security-layer
+  offer, bkctl/kerberos.py). GSSAPI's last client token gets no answer, as from Java's bookie: the
+  client is done once it sent it. Another plugin name closes the connection, as in Java.
 - Before the exchange completed, a v3 request is answered EUA (START_TLS goes through), a v2 add or
   read is answered EUA, anything else closes the connection.
 - A refused client (unknown name, wrong password, not an allowed id) is logged with its peer and why,
@@ -15,8 +17,10 @@ After the exchange the connection is served as any other; a further AUTH gets Ja
 from __future__ import annotations
 
 import logging
+from typing import Final
 
 from bkctl.errors import ProtocolError
+from bkctl.kerberos import GssapiServer
 from bkctl.protocol import wire, wire_v3
 from bkctl.protocol.sasl_digest import DigestMd5Server
 from bkctl.protocol.wire_v3 import Operation
@@ -24,13 +28,20 @@ from bkctl.sasl import PLUGIN_NAME, BookieSasl
 from bkctl.server.connection import Connection
 
 log = logging.getLogger("bkctl.bookie")
+REFUSED: Final = b"refused"  # _step's mark for a refused client (a real token is never compared to it)
 
 
 class ServerAuth:
     """One connection's SASL state on the bookie."""
 
     def __init__(self, settings: BookieSasl) -> None:
-        self.mechanism = DigestMd5Server(settings.users, settings.allows)
+        self.mechanism: DigestMd5Server | GssapiServer
+        if settings.kerberos is not None:
+            self.mechanism = GssapiServer(settings.kerberos, settings.allows)
+            self.name = "GSSAPI"
+        else:
+            self.mechanism = DigestMd5Server(settings.users, settings.allows)
+            self.name = "DIGEST-MD5"
 
     @property
     def authenticated(self) -> bool:
@@ -52,7 +63,7 @@ def _v2(connection: Connection, auth: ServerAuth, request: wire.Request) -> bool
         if request.plugin_name != PLUGIN_NAME:
             return _close(connection, f"AUTH with plugin {request.plugin_name!r}, not {PLUGIN_NAME!r}")
         token = _step(connection, auth, request.payload)
-        if token is not None:
+        if token is not None and token is not REFUSED:
             connection.queue(wire.frame(wire.encode_auth_response(PLUGIN_NAME, token, request.version)))
         return True
     if isinstance(request, wire.AddRequest | wire.ReadRequest):
@@ -75,8 +86,10 @@ def _v3(connection: Connection, auth: ServerAuth, request: wire_v3.V3Request) ->
         name = None if op is None else op.plugin_name
         return _close(connection, f"AUTH with plugin {name!r}, not {PLUGIN_NAME!r}")
     token = _step(connection, auth, op.body or b"")
-    if token is None:
+    if token is REFUSED:
         connection.queue(wire.frame(wire_v3.encode_status_response(request, wire_v3.StatusCode.EUA)))
+        return True
+    if token is None:
         return True
     answer = Operation("authResponse", plugin_name=PLUGIN_NAME, body=token)
     connection.queue(wire.frame(wire_v3.encode_status_response(request, wire_v3.StatusCode.EOK, answer)))
@@ -84,16 +97,17 @@ def _v3(connection: Connection, auth: ServerAuth, request: wire_v3.V3Request) ->
 
 
 def _step(connection: Connection, auth: ServerAuth, token: bytes) -> bytes | None:
-    """The bookie's next token; None when the client is refused (logged, counted, closing)."""
+    """The bookie's next token, None when there is none to send (the exchange completed on the
+    client's last token), REFUSED when the client is refused (logged, counted, closing)."""
     try:
         answer = auth.mechanism.step(token)
     except ProtocolError as exc:
         connection.factory.metrics.sasl_refusals += 1
         log.warning("bookie: SASL authentication of %s refused: %s", connection.peer, exc)
         _close_after_replies(connection)
-        return None
+        return REFUSED
     if auth.authenticated:
-        log.info("bookie: %s authenticated as %s (SASL DIGEST-MD5)", connection.peer, auth.mechanism.user)
+        log.info("bookie: %s authenticated as %s (SASL %s)", connection.peer, auth.mechanism.user, auth.name)
     return answer
 
 

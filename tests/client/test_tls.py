@@ -188,3 +188,43 @@ async def test_host_names_are_checked_only_when_asked(tmp_path: Path, certs: Cer
         assert handshakes(cluster.bookies)[0] == 1  # the refused one ends on the bookie side soon after
     finally:
         await cluster.stop()
+
+
+@twisted_test
+async def test_new_connections_pick_up_changed_client_certificate_files(
+    tmp_path: Path, certs: Certificates
+) -> None:
+    """tlsCertFilesRefreshDurationSeconds on the client: its certificate and key files are replaced
+    (one from a CA the bookie does not trust, then one it does) and the next connections made after
+    the refresh period present the new ones; no client is rebuilt."""
+    import shutil
+    import time
+
+    from tests.client.cluster import sleep
+
+    cert, key = tmp_path / "client.pem", tmp_path / "client.key"
+    shutil.copy(certs.other_client.cert, cert)
+    shutil.copy(certs.other_client.key, key)
+    settings = TlsSettings(cert, key, trust_path=certs.ca, client_auth=True, refresh_s=1)
+    cluster = await tls_cluster(tmp_path, 1, tls_keys(certs.bookie, trust=certs.ca))
+    try:
+
+        async def write(seed: int) -> bool:
+            try:
+                lh = await bounded(tls_client(cluster, settings, seed).create_ledger(1, 1, 1, password=PW))
+                await bounded(lh.add(b"x"))
+            except UnavailableError:
+                return False
+            return True
+
+        assert not await write(1)  # the bookie does not trust other_ca
+        shutil.copy(certs.client.cert, cert)
+        shutil.copy(certs.client.key, key)
+        deadline, seed = time.monotonic() + 30, 2
+        while not await write(seed):
+            assert time.monotonic() < deadline, "the client never presented its new certificate"
+            seed += 1
+            await sleep(0.2)
+        assert handshakes(cluster.bookies)[0] >= 1
+    finally:
+        await cluster.stop()

@@ -1,5 +1,6 @@
 """A ZooKeeper of its own that authenticates clients with SASL DIGEST-MD5 (its JAAS Server section),
-once per test session, and the JAAS / conf files a secured cluster's processes are given.
+once per test session, and the JAAS / conf files a secured cluster's processes are given; for the
+Kerberos tests a KDC and a ZooKeeper authenticating with GSSAPI, once per session too.
 
 Separate from the shared session ZooKeeper: only the tests of this directory pay for its start."""
 
@@ -12,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from bkctl.errors import UnavailableError
-from bkctl.metadata.zk_server import ZooKeeperServer
+from bkctl.kerberos import canonical_host_name, java_host_name
+from bkctl.metadata.kdc import Kdc
+from bkctl.metadata.zk_server import ServerKerberos, ZooKeeperServer
 
 # The ZooKeeper accounts; bkctl authenticates as ZK_USER (the JAAS Client section).
 ZK_USER, ZK_PASSWORD = "bookkeeper", "zk-secret"
@@ -46,5 +49,76 @@ def zookeeper_sasl() -> Iterator[ZooKeeperServer]:
         server.start()
     except UnavailableError as exc:
         pytest.fail(f"the SASL ZooKeeper did not start: {exc}")
+    yield server
+    server.stop()
+
+
+# --- Kerberos: one KDC per test session, shared by every Kerberos test -------------------------------
+
+# The servers' principals name their host as Java's clients do: ZooKeeper's canonicalized, a bookie's
+# an IP address's reverse-DNS name (127.0.0.1: `localhost` with a usual /etc/hosts).
+KRB_ZOOKEEPER = f"zookeeper/{canonical_host_name('127.0.0.1')}"
+KRB_BOOKIE = f"bookkeeper/{java_host_name('127.0.0.1')}"  # bookkeeper.sasl.servicename / its host
+KRB_CLIENT = "bookkeeper-client"  # bkctl's: inside saslJaasClientAllowedIds' default .*bookkeeper.*
+KRB_INTRUDER = "intruder"  # a valid Kerberos user that is not an allowed id
+
+
+class Realm:
+    """The session KDC and the keytab of each principal it was given."""
+
+    def __init__(self, kdc: Kdc) -> None:
+        self.kdc = kdc
+        self.keytabs = {
+            name: kdc.add_principal(name) for name in (KRB_ZOOKEEPER, KRB_BOOKIE, KRB_CLIENT, KRB_INTRUDER)
+        }
+
+    def principal(self, name: str) -> str:
+        return self.kdc.principal(name)
+
+    def login_module(self, name: str) -> str:
+        """Java's Krb5LoginModule entry logging `name` in from its keytab."""
+        return (
+            "    com.sun.security.auth.module.Krb5LoginModule required\n"
+            f'    useKeyTab=true keyTab="{self.keytabs[name]}" storeKey=true useTicketCache=false\n'
+            f'    principal="{self.principal(name)}";\n'
+        )
+
+    def jaas(self, tmp_path: Path, **sections: str) -> Path:
+        """A JAAS file with one Krb5LoginModule section per `Section=principal name`."""
+        path = tmp_path / f"jaas-krb-{uuid.uuid4().hex[:6]}.conf"
+        path.write_text("".join(f"{s} {{\n{self.login_module(n)}}};\n" for s, n in sections.items()))
+        return path
+
+
+@pytest.fixture(scope="session")
+def realm() -> Iterator[Realm]:
+    """Debian's MIT KDC on 127.0.0.1 (a port chosen now), with the principals above; KRB5_CONFIG names
+    its krb5.conf for this process and every process it starts. Fails, never skips."""
+    kdc = Kdc()
+    try:
+        kdc.start()
+        made = Realm(kdc)
+    except UnavailableError as exc:
+        kdc.stop()
+        pytest.fail(f"the KDC did not start: {exc}")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("KRB5_CONFIG", str(kdc.krb5_conf))
+    yield made
+    patch.undo()
+    kdc.stop()
+
+
+@pytest.fixture(scope="session")
+def zookeeper_kerberos(realm: Realm) -> Iterator[ZooKeeperServer]:
+    """Debian's ZooKeeper authenticating clients with SASL GSSAPI (its JAAS Server section logs in as
+    KRB_ZOOKEEPER from a keytab). Fails, never skips."""
+    kerberos = ServerKerberos(
+        realm.principal(KRB_ZOOKEEPER), realm.keytabs[KRB_ZOOKEEPER], realm.kdc.krb5_conf
+    )
+    server = ZooKeeperServer(kerberos=kerberos)
+    try:
+        server.start()
+    except UnavailableError as exc:
+        pytest.fail(f"the Kerberos ZooKeeper did not start: {exc}")
     yield server
     server.stop()
