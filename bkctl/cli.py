@@ -1,7 +1,10 @@
 """The root `bkctl` command: global options, command groups, and errors turned into exit codes.
 
 Command modules are imported here but import their heavy dependencies (twisted, kazoo, pyspark)
-inside the commands, so `bkctl --help` and TAB completion stay fast.
+inside the commands, so `bkctl --help` and TAB completion stay fast. A command line naming a command
+imports and builds that command's modules alone (`COMMANDS`): a script calling `bkctl ledger read` in a
+loop pays about half the start-up of building every command; help at the root, and a name bkctl does
+not know, build them all (the error then suggests the right one).
 """
 
 from __future__ import annotations
@@ -51,6 +54,17 @@ COMMAND_MODULES = (
     "bkctl.commands.audit",
     "bkctl.commands.doctor",
 )
+
+# The top-level commands and the modules that add to each (a group's commands live in several).
+_BOTH = ("bkctl.commands.recover", "bkctl.commands.smoke")  # `bookie decommission`, `ledger recover`, ...
+COMMANDS: dict[str, tuple[str, ...]] = {
+    "completion": ("bkctl.commands.completion",),
+    **dict.fromkeys(("journal", "entrylog", "index", "lastmark"), ("bkctl.commands.inspect",)),
+    "bookie": (*(m for m in COMMAND_MODULES if m.startswith("bkctl.commands.bookie")), *_BOTH),
+    "ledger": ("bkctl.commands.ledger", "bkctl.commands.ledger_data", "bkctl.commands.ledger_write", *_BOTH),
+    **{name: (f"bkctl.commands.{name}",) for name in ("cluster", "recover", "sandbox", "bench")},
+    **{name: (f"bkctl.commands.{name}",) for name in ("underreplicated", "autorecovery", "audit", "doctor")},
+}
 
 HELP = """Run, inspect and repair an Apache BookKeeper-compatible replicated log.
 
@@ -201,7 +215,8 @@ def _human_help_types() -> None:
     core._TyperParameter.display_type = display_type  # type: ignore[method-assign]
 
 
-def build_app() -> typer.Typer:
+def build_app(argv: list[str] | None = None) -> typer.Typer:
+    """The root app with the modules of the command `argv` names (None, or no known command: all)."""
     app = typer.Typer(
         name="bkctl",
         help=HELP,
@@ -212,9 +227,39 @@ def build_app() -> typer.Typer:
     )
     _human_help_types()
     app.callback()(_root)
+    wanted = COMMANDS.get(_command_named(argv) or "", COMMAND_MODULES)
     for name in COMMAND_MODULES:
-        importlib.import_module(name).register(app)
+        if name in wanted:
+            importlib.import_module(name).register(app)
     return app
+
+
+def _command_named(argv: list[str] | None) -> str | None:
+    """The first word of `argv` that is not a root option or an option's value: the command."""
+    words = iter(sys.argv[1:] if argv is None else argv)
+    for word in words:
+        if word == "--":
+            return next(words, None)
+        if not word.startswith("-"):
+            return word
+        if "=" not in word and word in _root_value_options():
+            next(words, None)
+    return None
+
+
+def _root_value_options() -> set[str]:
+    """The root's options that take a value (`--metadata X`), as click parses them."""
+    root = typer.Typer()
+    root.callback()(_root)
+    group = typer.main.get_command(root)
+    return {
+        name
+        for param in group.params
+        if param.param_type_name == "option"
+        and not getattr(param, "is_flag", True)
+        and not getattr(param, "count", 0)
+        for name in param.opts
+    }
 
 
 CHOICE_ERROR = re.compile(r"^(?:Value error, )?'(.*)' is not one of (.*?)\.?$")
@@ -251,7 +296,7 @@ def _no_such_option(exc: click_exceptions.NoSuchOption) -> str:
 def main(argv: list[str] | None = None) -> NoReturn:
     """Entry point of the `bkctl` console script."""
     try:
-        result = build_app()(args=argv, prog_name="bkctl", standalone_mode=False)
+        result = build_app(argv)(args=argv, prog_name="bkctl", standalone_mode=False)
     except click_exceptions.BadParameter as exc:
         print(f"bkctl: error: {_bad_parameter(exc)}", file=sys.stderr)
         if exc.ctx is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import subprocess
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bkctl import __version__, errors
+from bkctl import __version__, cli, errors
 from bkctl.commands.completion import Shell, completion_script
 from tests.conftest import REPO
 
@@ -188,3 +189,25 @@ def test_bookie_gc_refuses_an_endpoint_that_is_not_host_port() -> None:
     result = run_bkctl("bookie", "gc", "--http", "nonsense")
     assert result.returncode == errors.ExitCode.USAGE and "HOST:PORT" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_command_line_builds_its_own_commands_alone_and_the_same_ones() -> None:
+    """`COMMANDS` names every module adding to each top-level command: the app built for one command
+    line (in a fresh interpreter: a group's modules add to it when imported) has that command, with the
+    subcommands of the app built whole, and few others."""
+    show = (
+        "import sys, json, typer.main; from bkctl import cli; "
+        "g = typer.main.get_command(cli.build_app(sys.argv[1:] or None)); "
+        "print(json.dumps({n: sorted(getattr(c, 'commands', {})) for n, c in g.commands.items()}))"
+    )
+
+    def built(*argv: str) -> dict[str, list[str]]:
+        done = subprocess.run([sys.executable, "-c", show, *argv], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return dict(json.loads(done.stdout))
+
+    whole = built()
+    assert set(whole) == set(cli.COMMANDS)
+    for name in cli.COMMANDS:
+        one = built("-o", "json", name, "--help")  # a module adding several (inspect's) brings them all
+        assert one[name] == whole[name] and len(one) <= len(cli.COMMANDS) - 10, name
