@@ -30,6 +30,11 @@ log = logging.getLogger("bkctl.bookie")
 _UNSET: Final = bytes(ixf.SLOT_SIZE)
 
 
+def _slices(packed: bytes) -> list[bytes]:
+    """Packed 8-byte big-endian numbers (locations, entry ids), one by one."""
+    return [packed[at : at + ixf.SLOT_SIZE] for at in range(0, len(packed), ixf.SLOT_SIZE)]
+
+
 def header_of(data: dbf.LedgerData) -> ixf.IndexHeader:
     version = ixf.V1 if data.explicit_lac is not None else ixf.V0
     return ixf.IndexHeader(
@@ -183,19 +188,39 @@ class DbLedgerIndex:
             self._ledgers_store.write(ledgers)
 
     def relocate(self, ledger_id: int, moves: list[tuple[array[int], bytes, bytes]]) -> int:
-        """Compaction: each entry still at its old location takes the new one (synced by `sync_relocated`)."""
+        """Compaction (Java's updateEntriesLocations, after the new entry log is fsynced): each entry
+        still at its old location takes the new one, in one batch synced by `sync_relocated` before the
+        old log goes. An entry whose location changed since the scan (written again) keeps it; a ledger
+        deleted since (or deleted and created again, whose entries name other places) is left alone."""
         if ledger_id not in self._ledgers:
             return 0
-        puts: dict[bytes, bytes] = {}
+        puts: list[tuple[bytes, bytes]] = []
         for entries, olds, news in moves:
-            for n, entry_id in enumerate(entries):
-                key = dbf.location_key(ledger_id, entry_id)
-                old = olds[n * 8 : n * 8 + 8]
-                if self._locations.get(key) == old:
-                    puts[key] = news[n * 8 : n * 8 + 8]
+            puts += self._still_at(ledger_id, entries, olds, news)
         if puts:
-            self._locations.write(puts, sync=False)
+            self._locations.write_pairs(puts, sync=False)
         return len(puts)
+
+    def _still_at(
+        self, ledger_id: int, entries: array[int], olds: bytes, news: bytes
+    ) -> list[tuple[bytes, bytes]]:
+        """(key, new location) of the entries whose location is still the old one."""
+        count = len(entries)
+        if not count:
+            return []
+        prefix = dbf.ledger_key(ledger_id)
+        keys = [prefix + entry_id for entry_id in _slices(struct.pack(f">{count}q", *entries))]
+        first, last = entries[0], entries[-1]
+        if last - first + 1 == count and entries == array("q", range(first, last + 1)):
+            # The usual batch: a run of consecutive entries. One range read compares them all at once.
+            now = self._locations.values(keys[0], dbf.location_key(ledger_id, last + 1))
+            if len(now) == count and b"".join(now) == olds:
+                return list(zip(keys, _slices(news), strict=True))
+        return [
+            (key, new)
+            for key, old, new in zip(keys, _slices(olds), _slices(news), strict=True)
+            if self._locations.get(key) == old
+        ]
 
     def sync_relocated(self) -> int:
         """Sync the locations db's WAL (Java's sync(): an empty batch written with sync)."""

@@ -66,16 +66,25 @@ def _options(huge: bool) -> rd.Options:
 
 
 class KeyValueDb:
-    """One RocksDB database with bytes keys and values; `read_only` opens never write a file."""
+    """One RocksDB database with bytes keys and values; `read_only` opens never write a file.
 
-    def __init__(self, path: Path, huge: bool, read_only: bool = False) -> None:
+    `secondary` opens a RocksDB secondary instance: the supported way for another process to read a
+    database a live bookie writes (compaction's scan process, gc_scan.py). It sees what the primary
+    had written, WAL included, when opened or caught up (`catch_up`); its own files go to a scratch
+    directory (rocksdict still rewrites its `rocksdict-config.json` in the primary's directory with the
+    same content, which RocksDB and Java never read)."""
+
+    def __init__(self, path: Path, huge: bool, read_only: bool = False, secondary: bool = False) -> None:
         self.path = path
-        if read_only and not (path / "CURRENT").is_file():
+        if (read_only or secondary) and not (path / "CURRENT").is_file():
             raise CorruptDataError(f"{path}: no RocksDB database here (no CURRENT file)")
         self._scratch: tempfile.TemporaryDirectory[str] | None = None
         where = path
         access = rd.AccessType.read_write()
-        if read_only:
+        if secondary:
+            self._scratch = tempfile.TemporaryDirectory(prefix="bkctl-rocksdb-secondary-")
+            access = rd.AccessType.secondary(self._scratch.name)
+        elif read_only:
             # rocksdict writes its own rocksdict-config.json into the directory it opens, even read-only:
             # open a scratch directory of symlinks to the database's files instead, so nothing changes.
             self._scratch = tempfile.TemporaryDirectory(prefix="bkctl-rocksdb-")
@@ -90,6 +99,15 @@ class KeyValueDb:
             raise CorruptDataError(f"{path}: cannot open RocksDB database: {exc}") from None
         self._sync = rd.WriteOptions()
         self._sync.sync = True
+        if secondary:
+            self.catch_up()
+
+    def catch_up(self) -> None:
+        """A secondary instance: read what the primary wrote since (MANIFEST and WAL)."""
+        try:
+            self._db.try_catch_up_with_primary()
+        except Exception as exc:  # rocksdict raises plain Exception with RocksDB's status text
+            raise CorruptDataError(f"{self.path}: cannot follow the RocksDB database: {exc}") from None
 
     def get(self, key: bytes) -> bytes | None:
         value = self._db.get(key)
@@ -134,6 +152,19 @@ class KeyValueDb:
                 return
             yield key, bytes(it.value())
             it.next()
+
+    def values(self, first: bytes, end: bytes) -> list[bytes]:
+        """The values of the keys in [first, end), in key order (one C-level bound, no key compared in
+        Python)."""
+        bound = rd.ReadOptions()
+        bound.set_iterate_upper_bound(end)
+        it = self._db.iter(bound)
+        it.seek(first)
+        found = []
+        while it.valid():
+            found.append(bytes(it.value()))
+            it.next()
+        return found
 
     def last_before(self, end: bytes) -> tuple[bytes, bytes] | None:
         """The greatest key below `end` with its value (Java's getFloor), or None."""
