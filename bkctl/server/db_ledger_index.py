@@ -170,11 +170,12 @@ class DbLedgerIndex:
         count = len(slots) // ixf.SLOT_SIZE
         prefix = dbf.ledger_key(ledger_id)
         ids = struct.pack(f">{count}q", *range(first_entry_id, first_entry_id + count))
-        pending = self._pending_locations
-        for at in range(0, count * ixf.SLOT_SIZE, ixf.SLOT_SIZE):
-            value = slots[at : at + ixf.SLOT_SIZE]
-            if value != _UNSET:
-                pending.append((prefix + ids[at : at + ixf.SLOT_SIZE], value))
+        keys = [prefix + entry_id for entry_id in _slices(ids)]
+        values = _slices(slots[: count * ixf.SLOT_SIZE])
+        if _UNSET in values:  # a run with holes (rare): the unset slots are not locations
+            self._pending_locations += [(k, v) for k, v in zip(keys, values, strict=True) if v != _UNSET]
+        else:
+            self._pending_locations += zip(keys, values, strict=True)
         self.write(ledger_id, header, {})
 
     def commit(self) -> None:

@@ -11,7 +11,7 @@ process's only, never the bookie's.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -55,15 +55,8 @@ class DbSlots:
         """(ledger id, record starts, entry ids) of the locations naming `log_id`, a chunk at a time;
         OSError for a key or value of the wrong size (the log is then kept)."""
         for ledger_id, db in self._of.items():
-            keys: list[bytes] = []
-            values: list[bytes] = []
-            for key, value in db.items(dbf.location_key(ledger_id, 0), dbf.location_key(ledger_id + 1, 0)):
-                keys.append(key)
-                values.append(value)
-                if len(keys) >= CHUNK_ENTRIES:
-                    yield from _naming(db, ledger_id, log_id, keys, values)
-                    keys, values = [], []
-            if keys:
+            first, end = dbf.location_key(ledger_id, 0), dbf.location_key(ledger_id + 1, 0)
+            for keys, values in db.chunks(first, end, CHUNK_ENTRIES):
                 yield from _naming(db, ledger_id, log_id, keys, values)
 
     def slot(self, ledger_id: int, entry_id: int) -> int:
@@ -79,7 +72,7 @@ class DbSlots:
 
 
 def _naming(
-    db: KeyValueDb, ledger_id: int, log_id: int, keys: list[bytes], values: list[bytes]
+    db: KeyValueDb, ledger_id: int, log_id: int, keys: Sequence[bytes], values: Sequence[bytes]
 ) -> Iterator[tuple[int, Column, Column]]:
     joined_keys, joined_values = b"".join(keys), b"".join(values)
     if len(joined_keys) != _KEY_SIZE * len(keys) or len(joined_values) != ixf.SLOT_SIZE * len(values):

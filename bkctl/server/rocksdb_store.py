@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Iterator, Sequence
+from itertools import islice
 from pathlib import Path
 from typing import Final
 
@@ -63,6 +64,13 @@ def _options(huge: bool) -> rd.Options:
     table.set_cache_index_and_filter_blocks(True)
     options.set_block_based_table_factory(table)
     return options
+
+
+def _bounded(end: bytes) -> rd.ReadOptions:
+    """Read options of an iteration that stops before `end`."""
+    bound = rd.ReadOptions()
+    bound.set_iterate_upper_bound(end)
+    return bound
 
 
 class KeyValueDb:
@@ -156,9 +164,14 @@ class KeyValueDb:
     def values(self, first: bytes, end: bytes) -> list[bytes]:
         """The values of the keys in [first, end), in key order (the bound and the walk in C: a third
         of a Python-level iterator's time per value)."""
-        bound = rd.ReadOptions()
-        bound.set_iterate_upper_bound(end)
-        return list(self._db.values(from_key=first, read_opt=bound))
+        return list(self._db.values(from_key=first, read_opt=_bounded(end)))
+
+    def chunks(self, first: bytes, end: bytes, size: int) -> Iterator[tuple[tuple[bytes, ...], ...]]:
+        """(keys, values) of the keys in [first, end) in key order, `size` keys at a time (walked in C,
+        as `values`)."""
+        items = self._db.items(from_key=first, read_opt=_bounded(end))
+        while chunk := list(islice(items, size)):
+            yield tuple(zip(*chunk, strict=True))
 
     def last_before(self, end: bytes) -> tuple[bytes, bytes] | None:
         """The greatest key below `end` with its value (Java's getFloor), or None."""
