@@ -70,6 +70,7 @@ class DbLedgerIndex:
 
     def __init__(self, current: Path) -> None:
         self.current = current
+        self._locations_path = current / dbf.LOCATIONS_DB
         self.page_misses = 0  # no page cache: RocksDB's block cache does that work
         self.compacting = False
         self._lock = threading.Lock()
@@ -123,7 +124,7 @@ class DbLedgerIndex:
 
     def location(self, ledger_id: int, entry_id: int) -> tuple[int, Path | None, int]:
         value = self._locations.get(dbf.location_key(ledger_id, entry_id))
-        path = self.current / dbf.LOCATIONS_DB
+        path = self._locations_path  # every read asks: no path built per read
         if value is None:
             return 0, path, 0
         try:
