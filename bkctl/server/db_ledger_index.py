@@ -5,8 +5,9 @@
 write cache and the checkpoint are the interleaved engine's; only where the index lives differs, so
 this class answers the same calls as index.IndexStore (server/ledger_storage.py's LedgerIndex).
 
-As in Java, every ledger's state is read into memory at open; a checkpoint writes its locations in one
-synced batch after the entry log is fsynced, then the ledgers' state in another.
+As in Java, every ledger's state is read into memory at open; a checkpoint writes its locations after
+the entry log is fsynced (in slices, the WAL synced once: rocksdb_store.KeyValueDb.write_pairs), then
+the ledgers' state in a synced batch.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import logging
 import struct
 import threading
 from array import array
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Final
 
@@ -33,6 +34,13 @@ _UNSET: Final = bytes(ixf.SLOT_SIZE)
 def _slices(packed: bytes) -> list[bytes]:
     """Packed 8-byte big-endian numbers (locations, entry ids), one by one."""
     return [packed[at : at + ixf.SLOT_SIZE] for at in range(0, len(packed), ixf.SLOT_SIZE)]
+
+
+def _location_keys(ledger_id: int, entry_ids: Collection[int]) -> list[bytes]:
+    """The locations db's keys of these entries: the ids packed in one call, each key the ledger's
+    prefix and an 8-byte slice of them (no struct call per entry)."""
+    prefix = dbf.ledger_key(ledger_id)
+    return [prefix + entry_id for entry_id in _slices(struct.pack(f">{len(entry_ids)}q", *entry_ids))]
 
 
 def header_of(data: dbf.LedgerData) -> ixf.IndexHeader:
@@ -149,12 +157,14 @@ class DbLedgerIndex:
         """Queue a ledger's state (when given) and locations for `commit`."""
         if header is None and ledger_id not in self._ledgers and locations:
             raise CorruptDataError(f"ledger {ledger_id} has entries but no ledger state to create")
-        for entry_id, location in locations.items():
-            if entry_id < 0:
+        if locations:
+            if min(locations) < 0:
                 raise CorruptDataError("negative entry id in index slots")
-            self._pending_locations.append(
-                (dbf.location_key(ledger_id, entry_id), dbf.encode_location(location))
-            )
+            # Packed in two calls, sliced into keys and values: no struct call per entry (replay
+            # indexes a million entries at a time through here).
+            keys = _location_keys(ledger_id, locations)
+            values = _slices(struct.pack(f">{len(locations)}q", *locations.values()))
+            self._pending_locations += zip(keys, values, strict=True)
         if header is not None:
             data = data_of(header)
             self._ledgers[ledger_id] = data
@@ -166,12 +176,9 @@ class DbLedgerIndex:
         """As `write`, for entries first_entry_id, first_entry_id + 1, ... with big-endian locations."""
         if first_entry_id < 0:
             raise CorruptDataError("negative entry id in index slots")
-        # An `.idx` slot and a locations value are the same 8 big-endian bytes: no decoding; the keys'
-        # entry ids are packed in one call, each key is the ledger's prefix and an 8-byte slice of them.
+        # An `.idx` slot and a locations value are the same 8 big-endian bytes: no decoding.
         count = len(slots) // ixf.SLOT_SIZE
-        prefix = dbf.ledger_key(ledger_id)
-        ids = struct.pack(f">{count}q", *range(first_entry_id, first_entry_id + count))
-        keys = [prefix + entry_id for entry_id in _slices(ids)]
+        keys = _location_keys(ledger_id, range(first_entry_id, first_entry_id + count))
         values = _slices(slots[: count * ixf.SLOT_SIZE])
         if _UNSET in values:  # a run with holes (rare): the unset slots are not locations
             self._pending_locations += [(k, v) for k, v in zip(keys, values, strict=True) if v != _UNSET]
@@ -180,7 +187,7 @@ class DbLedgerIndex:
         self.write(ledger_id, header, {})
 
     def commit(self) -> None:
-        """The queued locations in one synced batch, then the ledgers' state in another (Java's order)."""
+        """The queued locations, synced, then the ledgers' state in a synced batch (Java's order)."""
         with self._lock:
             locations, self._pending_locations = self._pending_locations, []
             ledgers, self._pending_ledgers = self._pending_ledgers, {}
@@ -210,8 +217,7 @@ class DbLedgerIndex:
         count = len(entries)
         if not count:
             return []
-        prefix = dbf.ledger_key(ledger_id)
-        keys = [prefix + entry_id for entry_id in _slices(struct.pack(f">{count}q", *entries))]
+        keys = _location_keys(ledger_id, entries)
         first, last = entries[0], entries[-1]
         if last - first + 1 == count and entries == array("q", range(first, last + 1)):
             # The usual batch: a run of consecutive entries. One range read compares them all at once.
