@@ -172,9 +172,13 @@ def _decode(columns: bytearray, count: int, runs: int, spans: int) -> Moved:
 def _answer(out: IO[bytes], request: dict[str, Any]) -> None:
     from bkctl.server.live_records import LiveRecords  # numpy: the child's only
 
+    slots: Slots | None = None
     try:
-        records = LiveRecords(int(request["log_id"]), Path(request["path"]), _slots(request))
+        slots = _slots(request)
+        records = LiveRecords(int(request["log_id"]), Path(request["path"]), slots)
     except (OSError, BkctlError) as exc:
+        if slots is not None:
+            slots.close()  # this process serves the next logs: no database left open
         message = f"{request['path']}: {exc}".encode()
         out.write(_FRAME.pack(_ERROR, len(message), 0, 0, 0, 0) + message)
         out.flush()

@@ -302,3 +302,23 @@ def test_a_slot_naming_past_the_end_of_the_log_keeps_it(tmp_path: Path) -> None:
     moved = _moved(_drain(records), log)
     assert records.error is not None and "1 of the 9 records" in records.error
     assert moved == [k for k in kept if k[:2] != (1, 5)]
+
+
+def test_scan_child_reports_a_locations_db_it_cannot_open_and_serves_on(tmp_path: Path) -> None:
+    """A db request whose locations db is missing gets an error (the log is then kept), and the same
+    child serves the next request."""
+    from bkctl.server.gc_scan import ScanChild
+
+    log, paths, kept = _log_and_index(tmp_path, 0)
+    child = ScanChild()
+    try:
+        child.start(5, log, {1: tmp_path / "elsewhere" / "current" / "ledgers"}, 500, DB)
+        assert child.next_batch() is None
+        assert child.error is not None and "no RocksDB database" in child.error
+        child.start(5, log, paths, 500)
+        batches = []
+        while (batch := child.next_batch()) is not None:
+            batches.append(batch)
+        assert child.error is None and sorted(_moved(batches)) == sorted(kept)
+    finally:
+        child.close()
