@@ -12,6 +12,7 @@ add latency during the compaction against the same writer just before it.
 
     python benchmarks/gc.py                                   # 10 ledgers of 100 MB (the reference size)
     python benchmarks/gc.py --ledgers 10 --ledger-mb 20 --log-mb 64
+    python benchmarks/gc.py --storage db                      # the db engine (DbLedgerStorage)
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from bkctl.metadata.sqlite import SqliteStore  # noqa: E402
 from bkctl.model import DigestType, LedgerMetadata, Segment  # noqa: E402
 from bkctl.protocol import entry as entry_codec  # noqa: E402
 from bkctl.protocol import wire  # noqa: E402
+from bkctl.server.ledger_storage import ENGINE_CLASSES, ENGINES  # noqa: E402
 
 MASTER_KEY = entry_codec.master_key(b"bench")
 SERVING = re.compile(r"serving on [\d.]+:(\d+) \(admin http on [\d.]+:(\d+)\)")
@@ -96,7 +98,12 @@ def layout(db: Path, action: str, ledger_ids: list[int]) -> None:
 
 
 def start_bookie(
-    base: Path, db: Path, log_mb: int, rate: int = 0, journal: Path | None = None
+    base: Path,
+    db: Path,
+    log_mb: int,
+    rate: int = 0,
+    journal: Path | None = None,
+    storage: str = "interleaved",
 ) -> tuple[subprocess.Popen[str], int, int]:
     conf = base / "bk_server.conf"
     keys = {
@@ -108,6 +115,7 @@ def start_bookie(
         "gcWaitTime": "0",
         "compactionRateByEntries": str(rate),
         "metadataServiceUri": f"sqlite://{db}",
+        "ledgerStorageClass": ENGINE_CLASSES[storage],
     }
     conf.write_text("".join(f"{k}={v}\n" for k, v in keys.items()))
     proc = subprocess.Popen(
@@ -194,7 +202,7 @@ def part_space(base: Path, args: argparse.Namespace) -> dict[str, Any]:
     db = base / "metadata.db"
     ledger_ids = list(range(1, args.ledgers + 1))
     layout(db, "create", ledger_ids)
-    proc, port, http_port = start_bookie(base, db, args.log_mb)
+    proc, port, http_port = start_bookie(base, db, args.log_mb, storage=args.storage)
     try:
         fill(port, ledger_ids, args.ledger_mb)
         proc_ledgers = base / "ledgers" / "current"
@@ -228,7 +236,7 @@ def part_compaction(base: Path, args: argparse.Namespace) -> dict[str, Any]:
     db = base / "metadata.db"
     ledger_ids = list(range(1, args.ledgers + 1))
     layout(db, "create", [*ledger_ids, WRITER_LEDGER])
-    proc, port, http_port = start_bookie(base, db, args.log_mb, args.rate, args.journal_dir)
+    proc, port, http_port = start_bookie(base, db, args.log_mb, args.rate, args.journal_dir, args.storage)
     try:
         fill(port, ledger_ids, args.ledger_mb)
         layout(db, "delete", ledger_ids[::2])
@@ -269,6 +277,9 @@ def main() -> None:
     parser.add_argument("--journal-dir", type=Path, default=None, help="part 2's journal on another device")
     parser.add_argument(
         "--rate", type=int, default=0, help="compactionRateByEntries of part 2 (0: unthrottled)"
+    )
+    parser.add_argument(
+        "--storage", choices=ENGINES, default="interleaved", help="the bookie's ledger storage"
     )
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="bkctl-gc-", dir=args.dir))

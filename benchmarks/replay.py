@@ -142,24 +142,44 @@ def _config(directory: Path, sync: bool, engine: str = "interleaved") -> Storage
     )
 
 
-def bench_cold_reads(base: Path, engine: str, count: int) -> dict[str, Any]:
+def drop_page_cache(directory: Path) -> int:
+    """Every file under `directory` out of the OS page cache (posix_fadvise DONTNEED, these files only:
+    the machine's other work keeps its cache); the bytes they hold."""
+    size = 0
+    for path in directory.rglob("*"):
+        if path.is_file():
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                size += os.fstat(fd).st_size
+            finally:
+                os.close(fd)
+    return size
+
+
+def bench_cold_reads(base: Path, engine: str, count: int, drop: bool = False) -> dict[str, Any]:
     """Reads of `count` random entries through a freshly started storage on the replayed dir: nothing in
-    the bookie's caches (index pages / RocksDB blocks); the OS page cache is as the replay left it."""
+    the bookie's caches (index pages / RocksDB blocks); the OS page cache as the replay left it, or with
+    `drop` the bookie's files out of it once the storage has started (every read goes to the disk)."""
     import random
 
     storage = Storage(_config(base / "replay", sync=True, engine=engine), lambda tokens: None, _NoReactor())
     storage.start()
     last = {ledger_id: storage.read(ledger_id, -1)[1] for ledger_id in range(LEDGERS)}
     last_ids = {ledger_id: int.from_bytes(data[8:16], "big") for ledger_id, data in last.items()}
+    picks_rng = random.Random(count)  # the same picks for every engine and run
     picks = [
-        (ledger_id, random.randint(0, last_ids[ledger_id]))
-        for ledger_id in random.choices(range(LEDGERS), k=count)
+        (ledger_id, picks_rng.randint(0, last_ids[ledger_id]))
+        for ledger_id in picks_rng.choices(range(LEDGERS), k=count)
     ]
+    if drop:
+        drop_page_cache(base / "replay")
     started = time.perf_counter()
     failed = sum(1 for ledger_id, entry_id in picks if storage.read(ledger_id, entry_id)[0] != 0)
     seconds = time.perf_counter() - started
     storage._close_files(None)
-    return {"reads": count, "failed": failed, "reads_per_s": count / seconds}
+    return {"reads": count, "failed": failed, "reads_per_s": count / seconds, "page_cache_dropped": drop}
 
 
 class _NoReactor:
@@ -180,7 +200,12 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=None, help="work dir (default: a temp dir)")
     parser.add_argument("--replay-only", action="store_true", help="skip the add run")
     parser.add_argument("--storage", default="interleaved", help="interleaved or db (DbLedgerStorage)")
-    parser.add_argument("--cold-reads", type=int, default=0, help="then time this many random reads")
+    parser.add_argument(
+        "--cold-reads",
+        type=int,
+        default=0,
+        help="then time this many random reads: page cache as the replay left it, then dropped",
+    )
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="bkctl-replay-", dir=args.dir))
     try:
@@ -191,9 +216,11 @@ def main() -> None:
             f"start() {replay['start_s']:.2f} s = {replay['start_mb_per_s']:.0f} MB/s"
         )
         assert replay["entries"] == replay["expected_entries"], replay
-        if args.cold_reads:
-            cold = bench_cold_reads(base, args.storage, args.cold_reads)
-            print(f"cold reads ({args.storage}): {cold['reads_per_s']:.0f} reads/s, {cold['failed']} failed")
+        for drop in (False, True) if args.cold_reads else ():
+            cold = bench_cold_reads(base, args.storage, args.cold_reads, drop)
+            where = "page cache dropped" if drop else "page cache as left"
+            rate = f"{cold['reads_per_s']:.0f} reads/s, {cold['failed']} failed"
+            print(f"cold reads ({args.storage}, {where}): {rate}")
         if args.replay_only:
             return
         adds = bench_adds(base, args.seconds, args.in_flight)

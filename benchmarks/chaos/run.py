@@ -324,16 +324,21 @@ def _open_ledgers(directory: Path) -> set[int]:
 
 
 def run(
-    seed: int, duration_s: float, workers: tuple[int, int], root: Path, heal_timeout_s: float
+    seed: int,
+    duration_s: float,
+    workers: tuple[int, int],
+    root: Path,
+    heal_timeout_s: float,
+    storage: str = "interleaved",
 ) -> dict[str, Any]:
-    """One chaos run with (writers, readers) processes; its summary."""
+    """One chaos run with (writers, readers) processes on bookies of `storage`; its summary."""
     rng = random.Random(seed)
     for sub in ("history", "logs"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     tmpfs = mount_tmpfs(root / "bookies" / f"bookie-{BOOKIES}")
     try:
         with ZooKeeperServer(tick_ms=200) as zookeeper:
-            cluster = start_cluster(root, zookeeper, tmpfs)
+            cluster = start_cluster(root, zookeeper, tmpfs, storage)
             log = HistoryLog(root / "history" / "runner.jsonl")
             faults = Faults(cluster, rng, log)
             try:
@@ -353,14 +358,27 @@ def run(
                 log.close()
     finally:
         unmount(tmpfs)
-    return {"seed": seed, "duration_s": duration_s, "faults": dict(faults.counts), **verdict}
+    summary = {"seed": seed, "duration_s": duration_s, "storage": storage, "faults": dict(faults.counts)}
+    return {**summary, **verdict}
 
 
-def start_cluster(root: Path, zookeeper: ZooKeeperServer, tmpfs: list[Path]) -> Cluster:
+def storage_of(storage: str, index: int) -> str:
+    """Bookie `index`'s ledger storage: "mixed" alternates them (odd: db, even: interleaved), so that
+    ensembles span both engines and the bookie whose disk is filled (the last) is a db one."""
+    if storage != "mixed":
+        return storage
+    return "db" if index % 2 else "interleaved"
+
+
+def start_cluster(root: Path, zookeeper: ZooKeeperServer, tmpfs: list[Path], storage: str) -> Cluster:
     uri = f"zk://{zookeeper.hosts}/ledgers"
     with layout_at(uri) as layout:
         layout.init_cluster()
-    bookies, _ = start_children(root / "bookies", uri, BOOKIES, free_base_port(BOOKIES))
+
+    def options(index: int) -> tuple[str, ...]:
+        return ("--storage", storage_of(storage, index))
+
+    bookies, _ = start_children(root / "bookies", uri, BOOKIES, free_base_port(BOOKIES), options)
     cluster = Cluster(root, uri, zookeeper, bookies, tmpfs=tmpfs)
     cluster.daemons = [cluster.start_daemon(i) for i in range(2)]
     return cluster
@@ -411,14 +429,19 @@ def main() -> None:
     parser.add_argument("--readers", type=int, default=2)
     parser.add_argument("--heal-timeout", type=float, default=180.0)
     parser.add_argument("--keep", type=Path, help="keep the run's directories here")
+    parser.add_argument(
+        "--storage",
+        choices=("interleaved", "db", "mixed"),
+        default="interleaved",
+        help="the bookies' ledger storage; mixed: odd bookies interleaved, even ones db",
+    )
     args = parser.parse_args()
+    workers = (args.writers, args.readers)
     if args.keep:
-        summary = run(args.seed, args.duration, (args.writers, args.readers), args.keep, args.heal_timeout)
+        summary = run(args.seed, args.duration, workers, args.keep, args.heal_timeout, args.storage)
     else:
         with tempfile.TemporaryDirectory(prefix="bkctl-chaos-") as tmp:
-            summary = run(
-                args.seed, args.duration, (args.writers, args.readers), Path(tmp), args.heal_timeout
-            )
+            summary = run(args.seed, args.duration, workers, Path(tmp), args.heal_timeout, args.storage)
     print(json.dumps(summary), flush=True)
     sys.exit(1 if summary.get("violations") or summary.get("heal_s") is None else 0)
 

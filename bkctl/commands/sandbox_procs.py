@@ -19,6 +19,7 @@ import subprocess
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -194,13 +195,19 @@ class Supervisor:
 
 
 def start_children(
-    root: Path, uri: str, count: int, base_port: int, extra: tuple[str, ...] = ()
+    root: Path,
+    uri: str,
+    count: int,
+    base_port: int,
+    extra: tuple[str, ...] | Callable[[int], tuple[str, ...]] = (),
 ) -> tuple[list[BookieChild], list[str]]:
+    """`count` bookies started at once; `extra`: the options of every one, or of bookie n (from 1)."""
     children: list[BookieChild] = []
     try:
         for index in range(1, count + 1):
             port = 0 if base_port == 0 else base_port + index - 1
-            children.append(BookieChild(root / f"bookie-{index}", port, uri, extra))
+            options = extra(index) if callable(extra) else extra
+            children.append(BookieChild(root / f"bookie-{index}", port, uri, options))
         # They start at once, sharing the CPU: the bound grows with their number past three.
         deadline = time.monotonic() + START_WAIT_S * max(1.0, count / 3)
         ids = [child.wait_serving(deadline) for child in children]

@@ -5,8 +5,9 @@
 write cache and the checkpoint are the interleaved engine's; only where the index lives differs, so
 this class answers the same calls as index.IndexStore (server/ledger_storage.py's LedgerIndex).
 
-As in Java, every ledger's state is read into memory at open; a checkpoint writes its locations in one
-synced batch after the entry log is fsynced, then the ledgers' state in another.
+As in Java, every ledger's state is read into memory at open; a checkpoint writes its locations after
+the entry log is fsynced (in slices, the WAL synced once: rocksdb_store.KeyValueDb.write_pairs), then
+the ledgers' state in a synced batch.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import logging
 import struct
 import threading
 from array import array
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Final
 
@@ -28,6 +29,18 @@ from bkctl.server.rocksdb_store import KeyValueDb
 log = logging.getLogger("bkctl.bookie")
 
 _UNSET: Final = bytes(ixf.SLOT_SIZE)
+
+
+def _slices(packed: bytes) -> list[bytes]:
+    """Packed 8-byte big-endian numbers (locations, entry ids), one by one."""
+    return [packed[at : at + ixf.SLOT_SIZE] for at in range(0, len(packed), ixf.SLOT_SIZE)]
+
+
+def _location_keys(ledger_id: int, entry_ids: Collection[int]) -> list[bytes]:
+    """The locations db's keys of these entries: the ids packed in one call, each key the ledger's
+    prefix and an 8-byte slice of them (no struct call per entry)."""
+    prefix = dbf.ledger_key(ledger_id)
+    return [prefix + entry_id for entry_id in _slices(struct.pack(f">{len(entry_ids)}q", *entry_ids))]
 
 
 def header_of(data: dbf.LedgerData) -> ixf.IndexHeader:
@@ -65,6 +78,7 @@ class DbLedgerIndex:
 
     def __init__(self, current: Path) -> None:
         self.current = current
+        self._locations_path = current / dbf.LOCATIONS_DB
         self.page_misses = 0  # no page cache: RocksDB's block cache does that work
         self.compacting = False
         self._lock = threading.Lock()
@@ -118,7 +132,7 @@ class DbLedgerIndex:
 
     def location(self, ledger_id: int, entry_id: int) -> tuple[int, Path | None, int]:
         value = self._locations.get(dbf.location_key(ledger_id, entry_id))
-        path = self.current / dbf.LOCATIONS_DB
+        path = self._locations_path  # every read asks: no path built per read
         if value is None:
             return 0, path, 0
         try:
@@ -143,12 +157,14 @@ class DbLedgerIndex:
         """Queue a ledger's state (when given) and locations for `commit`."""
         if header is None and ledger_id not in self._ledgers and locations:
             raise CorruptDataError(f"ledger {ledger_id} has entries but no ledger state to create")
-        for entry_id, location in locations.items():
-            if entry_id < 0:
+        if locations:
+            if min(locations) < 0:
                 raise CorruptDataError("negative entry id in index slots")
-            self._pending_locations.append(
-                (dbf.location_key(ledger_id, entry_id), dbf.encode_location(location))
-            )
+            # Packed in two calls, sliced into keys and values: no struct call per entry (replay
+            # indexes a million entries at a time through here).
+            keys = _location_keys(ledger_id, locations)
+            values = _slices(struct.pack(f">{len(locations)}q", *locations.values()))
+            self._pending_locations += zip(keys, values, strict=True)
         if header is not None:
             data = data_of(header)
             self._ledgers[ledger_id] = data
@@ -160,20 +176,18 @@ class DbLedgerIndex:
         """As `write`, for entries first_entry_id, first_entry_id + 1, ... with big-endian locations."""
         if first_entry_id < 0:
             raise CorruptDataError("negative entry id in index slots")
-        # An `.idx` slot and a locations value are the same 8 big-endian bytes: no decoding; the keys'
-        # entry ids are packed in one call, each key is the ledger's prefix and an 8-byte slice of them.
+        # An `.idx` slot and a locations value are the same 8 big-endian bytes: no decoding.
         count = len(slots) // ixf.SLOT_SIZE
-        prefix = dbf.ledger_key(ledger_id)
-        ids = struct.pack(f">{count}q", *range(first_entry_id, first_entry_id + count))
-        pending = self._pending_locations
-        for at in range(0, count * ixf.SLOT_SIZE, ixf.SLOT_SIZE):
-            value = slots[at : at + ixf.SLOT_SIZE]
-            if value != _UNSET:
-                pending.append((prefix + ids[at : at + ixf.SLOT_SIZE], value))
+        keys = _location_keys(ledger_id, range(first_entry_id, first_entry_id + count))
+        values = _slices(slots[: count * ixf.SLOT_SIZE])
+        if _UNSET in values:  # a run with holes (rare): the unset slots are not locations
+            self._pending_locations += [(k, v) for k, v in zip(keys, values, strict=True) if v != _UNSET]
+        else:
+            self._pending_locations += zip(keys, values, strict=True)
         self.write(ledger_id, header, {})
 
     def commit(self) -> None:
-        """The queued locations in one synced batch, then the ledgers' state in another (Java's order)."""
+        """The queued locations, synced, then the ledgers' state in a synced batch (Java's order)."""
         with self._lock:
             locations, self._pending_locations = self._pending_locations, []
             ledgers, self._pending_ledgers = self._pending_ledgers, {}
@@ -183,19 +197,38 @@ class DbLedgerIndex:
             self._ledgers_store.write(ledgers)
 
     def relocate(self, ledger_id: int, moves: list[tuple[array[int], bytes, bytes]]) -> int:
-        """Compaction: each entry still at its old location takes the new one (synced by `sync_relocated`)."""
+        """Compaction (Java's updateEntriesLocations, after the new entry log is fsynced): each entry
+        still at its old location takes the new one, in one batch synced by `sync_relocated` before the
+        old log goes. An entry whose location changed since the scan (written again) keeps it; a ledger
+        deleted since (or deleted and created again, whose entries name other places) is left alone."""
         if ledger_id not in self._ledgers:
             return 0
-        puts: dict[bytes, bytes] = {}
+        puts: list[tuple[bytes, bytes]] = []
         for entries, olds, news in moves:
-            for n, entry_id in enumerate(entries):
-                key = dbf.location_key(ledger_id, entry_id)
-                old = olds[n * 8 : n * 8 + 8]
-                if self._locations.get(key) == old:
-                    puts[key] = news[n * 8 : n * 8 + 8]
+            puts += self._still_at(ledger_id, entries, olds, news)
         if puts:
-            self._locations.write(puts, sync=False)
+            self._locations.write_pairs(puts, sync=False)
         return len(puts)
+
+    def _still_at(
+        self, ledger_id: int, entries: array[int], olds: bytes, news: bytes
+    ) -> list[tuple[bytes, bytes]]:
+        """(key, new location) of the entries whose location is still the old one."""
+        count = len(entries)
+        if not count:
+            return []
+        keys = _location_keys(ledger_id, entries)
+        first, last = entries[0], entries[-1]
+        if last - first + 1 == count and entries == array("q", range(first, last + 1)):
+            # The usual batch: a run of consecutive entries. One range read compares them all at once.
+            now = self._locations.values(keys[0], dbf.location_key(ledger_id, last + 1))
+            if len(now) == count and b"".join(now) == olds:
+                return list(zip(keys, _slices(news), strict=True))
+        return [
+            (key, new)
+            for key, old, new in zip(keys, _slices(olds), _slices(news), strict=True)
+            if self._locations.get(key) == old
+        ]
 
     def sync_relocated(self) -> int:
         """Sync the locations db's WAL (Java's sync(): an empty batch written with sync)."""

@@ -564,8 +564,6 @@ class GarbageCollector:
     def _due(self, force_major: bool, force_minor: bool) -> tuple[str, float]:
         """("major" | "minor" | "", threshold) for this run."""
         s, now = self.settings, time.time()
-        if self.storage.config.engine != "interleaved":
-            return "", 0.0  # compaction's scan reads .idx pages; the db engine does not compact yet
         major_on = s.major_interval_s > 0 and s.major_threshold > 0
         minor_on = s.minor_interval_s > 0 and s.minor_threshold > 0
         full = self.storage.disk_full
@@ -591,7 +589,8 @@ class GarbageCollector:
                 index_paths[ledger_id] = path
         scan = self._scan
         try:
-            await self._in_thread(scan.start, usage.log_id, usage.path, index_paths, BATCH_BYTES)
+            engine = self.storage.config.engine
+            await self._in_thread(scan.start, usage.log_id, usage.path, index_paths, BATCH_BYTES, engine)
             with _short_gil_slices():
                 moved, moved_bytes = await self._copy(scan)
         except BaseException:

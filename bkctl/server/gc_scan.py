@@ -19,10 +19,15 @@ import subprocess
 import sys
 from array import array
 from pathlib import Path
-from typing import IO, Any, Final
+from typing import IO, TYPE_CHECKING, Any, Final
 
+from bkctl.errors import BkctlError
 from bkctl.server.fileio import CLOEXEC, read_into
 from bkctl.server.moves import Moved
+from bkctl.server.storage_kind import DB, INTERLEAVED
+
+if TYPE_CHECKING:
+    from bkctl.server.live_records import Slots
 
 log = logging.getLogger("bkctl.bookie")
 
@@ -45,8 +50,11 @@ class ScanChild:
         self._open = False
         self._log_fd = -1  # the old log, which the batches' records are read from
 
-    def start(self, log_id: int, path: Path, index_paths: dict[int, Path], batch_bytes: int) -> None:
-        """Ask for one log's live records (blocking: call from a pool thread)."""
+    def start(
+        self, log_id: int, path: Path, index_paths: dict[int, Path], batch: int, engine: str = INTERLEAVED
+    ) -> None:
+        """Ask for one log's live records (blocking: call from a pool thread). `index_paths` are what the
+        storage's index `find`s: index files, or the db engine's ledgers db (its locations db beside)."""
         if self._proc is None or self._proc.poll() is not None:
             self._proc = subprocess.Popen(
                 [sys.executable, "-m", "bkctl.server.gc_scan"],
@@ -59,7 +67,8 @@ class ScanChild:
             "log_id": log_id,
             "path": str(path),
             "index": {str(k): str(v) for k, v in index_paths.items()},
-            "batch_bytes": batch_bytes,
+            "engine": engine,
+            "batch_bytes": batch,
         }
         self._close_log()
         self._log_fd = os.open(path, os.O_RDONLY | CLOEXEC)
@@ -163,12 +172,21 @@ def _decode(columns: bytearray, count: int, runs: int, spans: int) -> Moved:
 def _answer(out: IO[bytes], request: dict[str, Any]) -> None:
     from bkctl.server.live_records import LiveRecords  # numpy: the child's only
 
-    paths = {int(k): Path(v) for k, v in request["index"].items()}
-    records = LiveRecords(int(request["log_id"]), Path(request["path"]), paths)
+    slots: Slots | None = None
+    try:
+        slots = _slots(request)
+        records = LiveRecords(int(request["log_id"]), Path(request["path"]), slots)
+    except (OSError, BkctlError) as exc:
+        if slots is not None:
+            slots.close()  # this process serves the next logs: no database left open
+        message = f"{request['path']}: {exc}".encode()
+        out.write(_FRAME.pack(_ERROR, len(message), 0, 0, 0, 0) + message)
+        out.flush()
+        return
     try:
         while (batch := records.next_batch(int(request["batch_bytes"]))) is not None:
             out.writelines(_encode(_BATCH, batch, records.scanned))
-    except OSError as exc:
+    except (OSError, BkctlError) as exc:
         records.error = f"{request['path']}: {exc}"
     finally:
         records.close()
@@ -178,6 +196,14 @@ def _answer(out: IO[bytes], request: dict[str, Any]) -> None:
     else:
         out.write(_FRAME.pack(_END, 0, 0, records.scanned, 0, 0))
     out.flush()
+
+
+def _slots(request: dict[str, Any]) -> Slots:
+    from bkctl.server.db_slots import DbSlots  # numpy, RocksDB: the child's only
+    from bkctl.server.live_records import IndexFileSlots
+
+    paths = {int(k): Path(v) for k, v in request["index"].items()}
+    return DbSlots(paths) if request.get("engine") == DB else IndexFileSlots(paths)
 
 
 def main() -> None:

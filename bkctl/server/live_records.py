@@ -1,7 +1,8 @@
-"""Compaction's live records of one old entry log, found from the index files (the scan process's work,
+"""Compaction's live records of one old entry log, found from the index (the scan process's work,
 gc_scan.py; never imported by the bookie process, so numpy stays out of it).
 
-A record is live when its ledger's index slot still names it. The slots naming this log are read first
+A record is live when its ledger's index slot still names it: an `.idx` file's slot (`IndexFileSlots`)
+or the db engine's location (db_slots.py). The slots naming this log are read first
 (index files whole, a chunk at a time): they give every live record's start, ledger and entry, so the log
 is read only where live records are (a log 20% live costs 20% of its reads), and in log order. Each
 read's records are checked as a whole with numpy, with no Python work per record: the size prefix in
@@ -26,7 +27,7 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -59,10 +60,10 @@ _PAGES_CACHED_MAX: Final = 1024  # local bound: index pages the generic scanner 
 class LiveRecords:
     """The records of one entry log whose index slot still names them, in batches grouped by ledger."""
 
-    def __init__(self, log_id: int, path: Path, index_paths: dict[int, Path]) -> None:
+    def __init__(self, log_id: int, path: Path, index: dict[int, Path] | Slots) -> None:
         self.log_id = log_id
         self.path = path
-        self._index_paths = index_paths
+        self._slots = IndexFileSlots(index) if isinstance(index, dict) else index
         self._fd = os.open(path, os.O_RDONLY | CLOEXEC)
         self._size = os.fstat(self._fd).st_size
         # No read-ahead: each READ_CHUNK read is one request on the disk, never a queue of them ahead
@@ -75,7 +76,6 @@ class LiveRecords:
         self._walked_to = ef.HEADER_SIZE  # the end of the last record taken from the table
         self._generic: Iterator[Any] | None = None
         self._generic_scan: FileScan[Any] | None = None
-        self._pages: dict[tuple[int, int], Column] = {}
         self._done = False
         self._live = 0  # records the index files name in this log
         self.scanned = 0
@@ -104,9 +104,8 @@ class LiveRecords:
 
     def _read_index(self) -> None:
         found: list[tuple[Column, Column, Column]] = []
-        for ledger_id, path in self._index_paths.items():
-            for starts, entries in _slots_naming(path, self.log_id):
-                found.append((starts, np.full(len(starts), ledger_id, np.int64), entries))
+        for ledger_id, starts, entries in self._slots.naming(self.log_id):
+            found.append((starts, np.full(len(starts), ledger_id, np.int64), entries))
         starts, ledgers, entries = (
             np.concatenate([part[k] for part in found]) if found else np.empty(0, np.int64) for k in range(3)
         )
@@ -175,7 +174,7 @@ class LiveRecords:
                 continue
             self.scanned += 1
             ledger_id, entry_id = ef.record_key(body)
-            if ledger_id in self._index_paths and self._slot(ledger_id, entry_id) == ef.entry_location(
+            if ledger_id in self._slots and self._slots.slot(ledger_id, entry_id) == ef.entry_location(
                 self.log_id, offset + _SIZE_PREFIX
             ):
                 end = offset + _SIZE_PREFIX + len(body)
@@ -192,18 +191,6 @@ class LiveRecords:
         starts, ends, ledgers, entries = (np.array(column, np.int64) for column in found)
         return _Piece(starts, ends, ledgers, entries)
 
-    def _slot(self, ledger_id: int, entry_id: int) -> int:
-        if entry_id < 0:
-            return 0
-        page_no, slot = divmod(entry_id, ixf.SLOTS_PER_PAGE)
-        page = self._pages.get((ledger_id, page_no))
-        if page is None:
-            page = _index_page(self._index_paths[ledger_id], page_no)
-            if len(self._pages) >= _PAGES_CACHED_MAX:
-                self._pages.clear()
-            self._pages[(ledger_id, page_no)] = page
-        return int(page[slot])
-
     def _check_complete(self) -> None:
         """Every record a slot names was found where it names it: else (a slot naming no record start,
         a walk thrown off by one) the log must not go, whatever was copied."""
@@ -214,10 +201,52 @@ class LiveRecords:
             )
 
     def close(self) -> None:
-        self._pages.clear()
+        self._slots.close()
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+class Slots(Protocol):
+    """Where the index says each entry of the given ledgers is: index files (`IndexFileSlots`) or the
+    db engine's locations db (db_slots.DbSlots)."""
+
+    def __contains__(self, ledger_id: int) -> bool: ...
+    def naming(self, log_id: int) -> Iterator[tuple[int, Column, Column]]: ...
+    def slot(self, ledger_id: int, entry_id: int) -> int: ...
+    def close(self) -> None: ...
+
+
+class IndexFileSlots:
+    """The slots of the interleaved engine's index files, one per ledger."""
+
+    def __init__(self, index_paths: dict[int, Path]) -> None:
+        self._paths = index_paths
+        self._pages: dict[tuple[int, int], Column] = {}
+
+    def __contains__(self, ledger_id: int) -> bool:
+        return ledger_id in self._paths
+
+    def naming(self, log_id: int) -> Iterator[tuple[int, Column, Column]]:
+        """(ledger id, record starts, entry ids) of the slots naming `log_id`, a chunk at a time."""
+        for ledger_id, path in self._paths.items():
+            for starts, entries in _slots_naming(path, log_id):
+                yield ledger_id, starts, entries
+
+    def slot(self, ledger_id: int, entry_id: int) -> int:
+        if entry_id < 0:
+            return 0
+        page_no, slot = divmod(entry_id, ixf.SLOTS_PER_PAGE)
+        page = self._pages.get((ledger_id, page_no))
+        if page is None:
+            page = _index_page(self._paths[ledger_id], page_no)
+            if len(self._pages) >= _PAGES_CACHED_MAX:
+                self._pages.clear()
+            self._pages[(ledger_id, page_no)] = page
+        return int(page[slot])
+
+    def close(self) -> None:
+        self._pages.clear()
 
 
 @dataclass(slots=True)

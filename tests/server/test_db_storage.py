@@ -169,6 +169,12 @@ def _ldb_scan(db: Path) -> list[str]:
     return scan.stdout.splitlines()
 
 
+def ldb_logs_named(current: Path) -> tuple[set[int], int]:
+    """The entry log ids the locations db names, read by `ldb`, and how many locations it holds."""
+    lines = _ldb_scan(current / dbf.LOCATIONS_DB)
+    return {int(line.split(" : ")[1], 16) >> 32 for line in lines}, len(lines)
+
+
 def test_index_inspect_and_ledgers_read_a_java_db_dir_without_changing_it(tmp_path: Path) -> None:
     from tests.test_inspect import invoke, invoke_json, run_guarded
 

@@ -12,28 +12,38 @@ import pytest
 
 from bkctl.protocol import entrylog_format as ef
 from bkctl.protocol import index_format as ixf
+from bkctl.server.db_ledger_index import DbLedgerIndex
 from bkctl.server.entrylog import EntryLogWriter
 from bkctl.server.index import IndexStore
+from bkctl.server.ledger_storage import LedgerIndex
 from bkctl.server.moves import Moved, write_moves
+from bkctl.server.storage_kind import DB, INTERLEAVED
 
 
 def be(values: list[int]) -> bytes:
     return struct.pack(f">{len(values)}q", *values)
 
 
-def store_with(tmp_path: Path, ledger_id: int, slots: dict[int, int]) -> IndexStore:
-    store = IndexStore((tmp_path,), 16)
+def store_with(
+    tmp_path: Path, ledger_id: int, slots: dict[int, int], engine: str = INTERLEAVED
+) -> LedgerIndex:
+    """Either engine's index holding one ledger's slots (the db one committed, as by a checkpoint)."""
+    store: LedgerIndex = IndexStore((tmp_path,), 16) if engine == INTERLEAVED else DbLedgerIndex(tmp_path)
+    store.open()
     store.write(ledger_id, ixf.IndexHeader(ixf.V1, b"key"), slots)
+    store.commit()
     return store
 
 
-def slots_of(store: IndexStore, ledger_id: int, entry_ids: range) -> list[int]:
+def slots_of(store: LedgerIndex, ledger_id: int, entry_ids: range) -> list[int]:
     return [store.location(ledger_id, e)[0] for e in entry_ids]
 
 
-def test_relocate_moves_runs_and_keeps_rewritten_slots(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", [INTERLEAVED, DB])
+def test_relocate_moves_runs_and_keeps_rewritten_slots(tmp_path: Path, engine: str) -> None:
     old = {e: (1 << 32) + 1000 + 10 * e for e in range(3000)}  # spans three pages
-    store = store_with(tmp_path, 7, {**old, 1500: (9 << 32) + 4})  # entry 1500 rewritten since the scan
+    rewritten = {1500: (9 << 32) + 4}  # entry 1500 written again since the scan
+    store = store_with(tmp_path, 7, {**old, **rewritten}, engine)
     entries = array("q", range(3000))
     news = [(2 << 32) + 2000 + 10 * e for e in range(3000)]
     changed = store.relocate(7, [(entries, be([old[e] for e in range(3000)]), be(news))])
@@ -43,17 +53,23 @@ def test_relocate_moves_runs_and_keeps_rewritten_slots(tmp_path: Path) -> None:
     assert got[1500] == (9 << 32) + 4
     store.forget_pages()  # what is on disk, not only in the page cache
     assert slots_of(store, 7, range(3000))[:3] == news[:3]
+    again = [(4 << 32) + e for e in range(1500)]  # a run of consecutive entries, all still in place
+    assert store.relocate(7, [(array("q", range(1500)), be(news[:1500]), be(again))]) == 1500
+    assert slots_of(store, 7, range(1501)) == [*again, (9 << 32) + 4]
+    store.close()
 
 
-def test_relocate_striped_ids_and_missing_ledger(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", [INTERLEAVED, DB])
+def test_relocate_striped_ids_and_missing_ledger(tmp_path: Path, engine: str) -> None:
     ids = [e for e in range(2000) if e % 3 != 2]  # E=3, Qw=2: two of every three entries
     old = {e: (1 << 32) + 100 + e for e in ids}
-    store = store_with(tmp_path, 8, old)
+    store = store_with(tmp_path, 8, old, engine)
     news = [(3 << 32) + 100 + e for e in ids]
     assert store.relocate(8, [(array("q", ids), be([old[e] for e in ids]), be(news))]) == len(ids)
     assert [store.location(8, e)[0] for e in ids] == news
     assert store.relocate(99, [(array("q", ids), be(news), be(news))]) == 0  # deleted: not re-created
     assert store.find(99) is None
+    store.close()
 
 
 def test_relocated_index_files_are_synced_once_per_call(tmp_path: Path) -> None:

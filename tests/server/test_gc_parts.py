@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import time
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,13 @@ from bkctl.errors import UnavailableError
 from bkctl.metadata.layout import Layout
 from bkctl.metadata.sqlite import SqliteStore
 from bkctl.model import LedgerMetadata, LedgerState, Segment
+from bkctl.protocol import entrylog_format as ef
+from bkctl.protocol import index_format as ixf
 from bkctl.server import fileio
+from bkctl.server.db_ledger_index import DbLedgerIndex
 from bkctl.server.gc import LogUsage, Throttle, collectable, compaction_order, log_usage, marker_path
 from bkctl.server.gc_overreplicated import OverReplication
+from bkctl.server.storage_kind import DB, INTERLEAVED
 
 
 def test_collectable_is_what_the_listing_lacks() -> None:
@@ -55,12 +60,12 @@ def test_marker_is_beside_the_log() -> None:
     assert marker_path(Path("/d/current/1a.log")) == Path("/d/current/1a.log.compacting")
 
 
-def _log_and_index(tmp_path: Path, gap: int) -> tuple[Path, dict[int, Path], list[tuple[int, int, bytes]]]:
+def _log_and_index(
+    tmp_path: Path, gap: int, engine: str = INTERLEAVED
+) -> tuple[Path, dict[int, Path], list[tuple[int, int, bytes]]]:
     """Entry log 5: ledger 1 entries 0-5 and ledger 2 entries 0-5 alternating, then `gap` zero bytes (a
-    preallocated tail); index files naming every ledger 1 entry and only ledger 2's even ones."""
-    from bkctl.protocol import entrylog_format as ef
-    from bkctl.protocol import index_format as ixf
-
+    preallocated tail); index files (or the db engine's locations db) naming every ledger 1 entry and
+    only ledger 2's even ones."""
     data = bytearray(ef.encode_header(ef.EntryLogHeader(ef.HEADER_V1)))
     records: list[tuple[int, int, bytes]] = []
     slots: dict[int, dict[int, int]] = {1: {}, 2: {}}
@@ -74,12 +79,20 @@ def _log_and_index(tmp_path: Path, gap: int) -> tuple[Path, dict[int, Path], lis
     log = tmp_path / "5.log"
     log.write_bytes(bytes(data))
     live = {1: slots[1], 2: {e: loc for e, loc in slots[2].items() if e % 2 == 0}}
+    kept = [(lid, eid, body) for lid, eid, body in records if lid == 1 or eid % 2 == 0]
+    if engine == DB:
+        index = DbLedgerIndex(tmp_path / "current")
+        index.open()
+        for ledger_id, locations in live.items():
+            index.write(ledger_id, ixf.IndexHeader(ixf.V1, b"key"), locations)
+        index.commit()
+        index.close()
+        return log, {ledger_id: index.find(ledger_id) or Path() for ledger_id in live}, kept
     paths = {}
     for ledger_id, locations in live.items():
         paths[ledger_id] = tmp_path / f"{ledger_id}.idx"
         header = ixf.encode_header(ixf.IndexHeader(ixf.V1, b"key"))
         paths[ledger_id].write_bytes(header + ixf.encode_slots(locations))
-    kept = [(lid, eid, body) for lid, eid, body in records if lid == 1 or eid % 2 == 0]
     return log, paths, kept
 
 
@@ -139,29 +152,40 @@ def test_live_records_stop_at_corrupt_data(tmp_path: Path) -> None:
     assert records.error is not None and "shorter" in records.error
 
 
-def test_scan_child_process_answers_as_the_in_process_scan(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", [INTERLEAVED, DB])
+def test_scan_child_process_answers_as_the_in_process_scan(tmp_path: Path, engine: str) -> None:
     """The child process (`python -m bkctl.server.gc_scan`) gives the same records, then the error of a
-    corrupt log, and serves several logs in turn."""
+    corrupt log, and serves several logs in turn. On the db engine it reads the locations db while the
+    bookie (here: a DbLedgerIndex) holds it open for writing."""
     from bkctl.server.gc_scan import ScanChild
 
-    log, paths, kept = _log_and_index(tmp_path, 4096)
+    log, paths, kept = _log_and_index(tmp_path, 4096, engine)
+    primary = DbLedgerIndex(tmp_path / "current")
+    if engine == DB:
+        primary.open()
+        # Ledger 2's entry 2 moved to log 6 by the bookie since: only in the WAL, and the scan sees it.
+        old, new = (primary.location(2, 2)[0], ef.entry_location(6, 1024))
+        moved = (array("q", [2]), old.to_bytes(8, "big"), new.to_bytes(8, "big"))
+        assert primary.relocate(2, [moved]) == 1
+        kept = [record for record in kept if record[:2] != (2, 2)]
     child = ScanChild()
     try:
-        child.start(5, log, paths, 500)
+        child.start(5, log, paths, 500, engine)
         batches = []
         while (batch := child.next_batch()) is not None:
             batches.append(batch)
-        assert child.error is None and child.scanned == 9  # the live records only
+        assert child.error is None and child.scanned == len(kept)  # the live records only
         assert sorted(_moved(batches)) == sorted(kept)  # grouped by ledger in each batch
         data = bytearray(log.read_bytes())
         data[1024 + 4 + 116 : 1024 + 8 + 116] = (7).to_bytes(4, "big")
         log.write_bytes(bytes(data))
-        child.start(5, log, paths, 500)
+        child.start(5, log, paths, 500, engine)
         while child.next_batch() is not None:
             pass
         assert child.error is not None and "shorter" in child.error
     finally:
         child.close()
+        primary.close()
 
 
 class UnreadableLedger(Layout):
@@ -278,3 +302,23 @@ def test_a_slot_naming_past_the_end_of_the_log_keeps_it(tmp_path: Path) -> None:
     moved = _moved(_drain(records), log)
     assert records.error is not None and "1 of the 9 records" in records.error
     assert moved == [k for k in kept if k[:2] != (1, 5)]
+
+
+def test_scan_child_reports_a_locations_db_it_cannot_open_and_serves_on(tmp_path: Path) -> None:
+    """A db request whose locations db is missing gets an error (the log is then kept), and the same
+    child serves the next request."""
+    from bkctl.server.gc_scan import ScanChild
+
+    log, paths, kept = _log_and_index(tmp_path, 0)
+    child = ScanChild()
+    try:
+        child.start(5, log, {1: tmp_path / "elsewhere" / "current" / "ledgers"}, 500, DB)
+        assert child.next_batch() is None
+        assert child.error is not None and "no RocksDB database" in child.error
+        child.start(5, log, paths, 500)
+        batches = []
+        while (batch := child.next_batch()) is not None:
+            batches.append(batch)
+        assert child.error is None and sorted(_moved(batches)) == sorted(kept)
+    finally:
+        child.close()

@@ -1,5 +1,6 @@
 """A db-engine bookie in process: its admin endpoints (info, entry location compaction), GC runs, over one
-ledger directory and two."""
+ledger directory and two; compaction of its entry logs with the locations moved in RocksDB (suspended,
+resumed, reported), and Debian's `ldb` reading the locations db afterwards."""
 
 from __future__ import annotations
 
@@ -13,8 +14,22 @@ import pytest
 
 from bkctl.protocol import db_format as dbf
 from bkctl.protocol import wire
+from tests.server.test_db_storage import ldb_logs_named
 from tests.server_net.live import in_thread, metadata_uri, start_bookie, twisted_test
-from tests.server_net.test_gc import GC_FLAGS, gc_run, http, layout_call, read_all, write
+from tests.server_net.test_gc import (
+    GC_FLAGS,
+    PART,
+    _metrics,
+    _read_parts,
+    _write_part,
+    entry_logs,
+    gc_run,
+    http,
+    layout_call,
+    read_all,
+    restart_and_read,
+    write,
+)
 from tests.server_net.test_java_metrics import check_names
 from tests.server_net.test_service import client
 from tests.test_inspect import invoke
@@ -94,3 +109,44 @@ async def test_two_ledger_dirs_gc_each_and_answer_as_one(tmp_path: Path) -> None
 def _scrape(service: Any) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{service.http_port}/metrics", timeout=30) as answer:
         return str(answer.read().decode())
+
+
+@twisted_test
+async def test_compaction_moves_locations_in_rocksdb(tmp_path: Path) -> None:
+    uri = metadata_uri(tmp_path)
+    await in_thread(layout_call, uri, "create", [1, 2, 3, 4])
+    flags = {**GC_FLAGS, "ledgerStorageClass": dbf.STORAGE_CLASS}
+    service = await start_bookie(tmp_path, uri=uri, **flags)
+    current = tmp_path / "b1" / "ledgers" / "current"
+    try:
+        assert service.storage is not None
+        for part in range(3):  # every log holds some of each ledger: deleting 1 and 3 leaves ~half live
+            await in_thread(_write_part, service, [1, 2, 3, 4], part)
+            await service.storage.checkpoint()
+        await in_thread(layout_call, uri, "delete", [1, 3])
+        assert (await gc_run(service))["ledgers_deleted"] == [1, 3]
+        suspend = {"suspendMajor": True, "suspendMinor": True}
+        await in_thread(http, service, "PUT", "/api/v1/bookie/gc/suspend_compaction", suspend)
+        held = await gc_run(service, force_major=True)
+        assert held["compaction"] is None and held["entry_logs_compacted"] == [], held
+        resume = {"resumeMajor": True, "resumeMinor": True}
+        await in_thread(http, service, "PUT", "/api/v1/bookie/gc/resume_compaction", resume)
+        report = await in_thread(http, service, "PUT", "/api/v1/bookie/gc?wait=true", {"forceMajor": True})
+        assert report["compaction"] == "major" and report["entry_logs_compacted"], report
+        assert report["errors"] == [] and report["entries_moved"] > 0, report
+        compacted = set(report["entry_logs_compacted"])
+        assert not {f"{i:x}.log" for i in compacted} & {p.name for p in entry_logs(service)}
+        assert not list(current.glob("*.compacting"))
+        [details] = await in_thread(http, service, "GET", "/api/v1/bookie/gc_details")
+        assert details["majorCompactionCounter"] == 1 and details["totals"]["entries_moved"] > 0
+        metrics = await in_thread(_metrics, service)
+        assert "bookie_gc_MAJOR_COMPACTION_COUNT 1" in metrics
+        for ledger_id in (2, 4):
+            await in_thread(_read_parts, service, ledger_id)
+    finally:
+        await service.stop()
+    # RocksDB 7.8 (Java's generation) reads the locations after compaction; none names a removed log.
+    named, count = ldb_logs_named(current)
+    assert named <= {int(p.stem, 16) for p in current.glob("*.log")}
+    assert not named & compacted and count == 2 * 3 * PART
+    await restart_and_read(tmp_path, uri, flags, [2, 4])

@@ -240,9 +240,14 @@ async def test_compaction_copies_live_entries_and_removes_old_logs(tmp_path: Pat
     finally:
         await service.stop()
     # Restart: replay and the moved index slots still serve every live entry.
-    service = await start_bookie(tmp_path, uri=uri, **GC_FLAGS)
+    await restart_and_read(tmp_path, uri, GC_FLAGS, [2, 4])
+
+
+async def restart_and_read(tmp_path: Path, uri: str, flags: dict[str, str], ledger_ids: list[int]) -> None:
+    """A bookie started again on the same directories serves every entry of these ledgers' parts."""
+    service = await start_bookie(tmp_path, uri=uri, **flags)
     try:
-        for ledger_id in (2, 4):
+        for ledger_id in ledger_ids:
             await in_thread(_read_parts, service, ledger_id)
     finally:
         await service.stop()
