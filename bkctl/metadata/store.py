@@ -166,6 +166,25 @@ class MetadataStore(abc.ABC):
             validate_path(path)
         return [self._get_or_none(path) for path in paths]
 
+    def create_each(self, nodes: Sequence[tuple[str, bytes]], *, ephemeral: bool = False) -> list[bool]:
+        """Create each node on its own (not all or nothing: one that exists fails only itself); True
+        where created, False where a node was there already. Other errors (a missing parent) raise.
+
+        ZooKeeper overrides this to send every create before waiting for any (many locks taken in
+        one round trip); this default creates one node after another.
+        """
+        for path, _ in nodes:
+            validate_path(path)
+        created = []
+        for path, data in nodes:
+            try:
+                self.create(path, data, ephemeral=ephemeral)
+            except NodeExistsError:
+                created.append(False)
+            else:
+                created.append(True)
+        return created
+
     def _get_or_none(self, path: str) -> tuple[bytes, Stat] | None:
         try:
             return self.get(path)

@@ -369,6 +369,35 @@ class ZooKeeperStore(MetadataStore):
         applied = None if sequential else lambda: self._created(path, data, ephemeral)
         return self._retrying(f"create {path}", attempt, applied)
 
+    def create_each(self, nodes: Sequence[tuple[str, bytes]], *, ephemeral: bool = False) -> list[bool]:
+        """Every create sent before any answer is waited for (at most METADATA_GET_MANY_WINDOW in
+        flight): many replication locks in one round trip. One that meets an outage is done again
+        alone, through the outage, as `create` is."""
+        checked = [(validate_path(path), check_data(data)) for path, data in nodes]
+        self._check_open()
+        window = max(1, limits.METADATA_GET_MANY_WINDOW)
+        created: list[bool] = []
+        pending: deque[tuple[str, bytes, Any]] = deque()
+        for path, data in checked:
+            if len(pending) >= window:
+                created.append(self._create_answer(*pending.popleft(), ephemeral))
+            pending.append((path, data, self._client.create_async(path, data, ephemeral=ephemeral)))
+        while pending:
+            created.append(self._create_answer(*pending.popleft(), ephemeral))
+        return created
+
+    def _create_answer(self, path: str, data: bytes, async_result: Any, ephemeral: bool) -> bool:
+        try:
+            self._wait(async_result, path, creating=True)
+        except NodeExistsError:
+            return False
+        except (UnavailableError, SessionExpiredError):
+            try:
+                self.create(path, data, ephemeral=ephemeral)
+            except NodeExistsError:  # ours, if the first try reached the server before the drop
+                return self._created(path, data, ephemeral) is not None
+        return True
+
     def _created(self, path: str, data: bytes, ephemeral: bool) -> str | None:
         """`path` if it is the node a create of `data` (ephemeral: by this session) would have made."""
         return None if self._node_if_mine(path, data, ephemeral) is None else path

@@ -26,6 +26,7 @@ def test_keys_in_javas_units() -> None:
             "lockReleaseOfFailedLedgerGracePeriod": "60000",
             "replicationRateByBytes": "5000000",
             "replicationNewestFirst": "true",
+            "replicationMetadataOpsPerSecond": "250",
         },
         parallel=8,
     )
@@ -33,6 +34,12 @@ def test_keys_in_javas_units() -> None:
     assert (worker.open_ledger_grace_s, worker.backoff_start_s, worker.backoff_max_s) == (3.0, 0.25, 60.0)
     assert worker.parallel == 8
     assert (worker.replication_rate_bytes, worker.newest_first) == (5_000_000, True)
+    assert worker.metadata_ops_per_s == 250
+
+
+def test_metadata_ops_budget_by_default_and_zero_for_none() -> None:
+    assert daemon_config({})[1].metadata_ops_per_s == 1_000
+    assert daemon_config({"replicationMetadataOpsPerSecond": "0"})[1].metadata_ops_per_s is None
 
 
 @pytest.mark.parametrize(
@@ -42,6 +49,7 @@ def test_keys_in_javas_units() -> None:
         ("rwRereplicateBackoffMs", "soon"),
         ("replicationRateByBytes", "-2"),
         ("replicationNewestFirst", "maybe"),
+        ("replicationMetadataOpsPerSecond", "-5"),
     ],
 )
 def test_bad_values_are_usage_errors(key: str, value: str) -> None:

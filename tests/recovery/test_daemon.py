@@ -46,7 +46,9 @@ class Recorder:
         self.times: dict[int, list[float]] = {}  # ledger -> when each repair began (monotonic)
         self.fenced: list[int] = []
 
-    def repair(self, ledger_id: int, missing: tuple[str, ...]) -> defer.Deferred[RepairOutcome]:
+    def repair(
+        self, ledger_id: int, missing: tuple[str, ...], known: object = None
+    ) -> defer.Deferred[RepairOutcome]:
         self.repairs.append(ledger_id)
         self.times.setdefault(ledger_id, []).append(time.monotonic())
         outcomes = self.script.get(ledger_id, [RepairOutcome(replicated=True, entries_copied=10)])
