@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 
+from bkctl.errors import BkctlError
 from bkctl.metadata.store import (
     ChildrenCallback,
     DataCallback,
@@ -112,6 +113,10 @@ class MeteredStore(MetadataStore):
     def multi(self, ops: Sequence[Op]) -> list[OpResult]:
         self.rate.wait()
         return self.inner.multi(ops)
+
+    def multi_each(self, batches: Sequence[Sequence[Op]]) -> list[list[OpResult] | BkctlError]:
+        self.rate.wait(max(1, len(batches)))
+        return self.inner.multi_each(batches)
 
     def watch_data(self, path: str, callback: DataCallback) -> Subscription:
         return self.inner.watch_data(path, callback)

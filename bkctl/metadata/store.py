@@ -36,7 +36,14 @@ from typing import Literal
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from bkctl import limits
-from bkctl.errors import NodeExistsError, NotFoundError, UsageError
+from bkctl.errors import (
+    BkctlError,
+    NodeExistsError,
+    NotFoundError,
+    SessionExpiredError,
+    UnavailableError,
+    UsageError,
+)
 
 log = logging.getLogger("bkctl.metadata")
 
@@ -217,6 +224,23 @@ class MetadataStore(abc.ABC):
 
         On failure nothing is applied and the first failing op's error is raised.
         """
+
+    def multi_each(self, batches: Sequence[Sequence[Op]]) -> list[list[OpResult] | BkctlError]:
+        """Each batch applied as one `multi`, each on its own: its results, or the error it failed
+        with (a conflict, a missing node) in its place. Errors of the store itself (closed, an outage
+        that outlasts the retries) raise.
+
+        ZooKeeper overrides this to send every multi before waiting for any; this default applies one
+        after another."""
+        answers: list[list[OpResult] | BkctlError] = []
+        for ops in batches:
+            try:
+                answers.append(self.multi(ops))
+            except (UnavailableError, SessionExpiredError):
+                raise
+            except BkctlError as exc:
+                answers.append(exc)
+        return answers
 
     @abc.abstractmethod
     def watch_data(self, path: str, callback: DataCallback) -> Subscription:

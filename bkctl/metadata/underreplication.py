@@ -10,12 +10,13 @@ import random
 import re
 import socket
 import time
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from bkctl.errors import (
     BadVersionError,
+    BkctlError,
     ConflictError,
     CorruptDataError,
     NodeExistsError,
@@ -135,6 +136,27 @@ class UnderreplicationLayout(LayoutBase):
             except (BadVersionError, NotFoundError):
                 continue
         raise ConflictError(f"ledger {ledger_id}: could not mark it under-replicated (lost every race)")
+
+    def mark_many_underreplicated(self, marks: Sequence[tuple[int, Sequence[str]]]) -> None:
+        """`mark_underreplicated` of each (ledger, missing replicas), ctime now: the new marks, each with
+        its level, sent together (`store.multi_each`: an audit of thousands of ledgers in a few round
+        trips, where one mark at a time held the workers waiting for the audit's last marks); a mark
+        that meets one already there (merged) or a missing upper level goes one by one."""
+        ctime = now_ms()
+        paths = [self.underreplicated_path(ledger_id) for ledger_id, _ in marks]
+        for upper in sorted({path.rsplit("/", 2)[0] for path in paths}):
+            self.store.ensure_path(upper)  # a few: ids of one range share their upper levels
+        batches = []
+        for path, (_, missing) in zip(paths, marks, strict=True):
+            mark = UnderreplicatedLedger(tuple(dict.fromkeys(missing)), ctime)
+            batches.append(
+                [CreateOp(path.rsplit("/", 1)[0]), CreateOp(path, mf.encode_underreplicated_ledger(mark))]
+            )
+        for (ledger_id, missing), answer in zip(marks, self.store.multi_each(batches), strict=True):
+            if isinstance(answer, NodeExistsError | NotFoundError):
+                self.mark_underreplicated(ledger_id, missing)
+            elif isinstance(answer, BkctlError):
+                raise answer
 
     def _create_mark(self, path: str, mark: UnderreplicatedLedger) -> bool:
         """A new mark and its own level (`<%04x>` of the id's low bits: one mark per level node) in one

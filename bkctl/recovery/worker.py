@@ -215,20 +215,23 @@ class ReplicationWorker:
         known = dict(self._layout.read_ledgers_versioned([mark.ledger_id for mark in taken]))
         return [(mark, known.get(mark.ledger_id)) for mark in taken]
 
-    def _start_all(self, taken: list[tuple[TakenMark, Versioned[LedgerMetadata] | None]]) -> None:
+    def _start_all(self, taken: list[tuple[TakenMark, Versioned[LedgerMetadata] | None]]) -> bool:
         for mark, known in taken:
             self.stats.copying[mark.ledger_id] = Copying(mark.ledger_id, time.monotonic(), mark.replicas)
             work = self._replicate(mark, known)
             self._work.add(work)
             work.addBoth(self._work_done, work, mark.ledger_id)
+        return bool(taken)
 
     def _scan_failed(self, failure: Any) -> None:
         log.warning("replication worker %s: %s", self.worker_id, failure.getErrorMessage())
 
-    def _scan_done(self, _result: object) -> None:
+    def _scan_done(self, took: object) -> None:
         self._scanning = False
         self.scans += 1
-        self._schedule_scan(self._config.poll_interval_s)
+        # Marks were there: the repairs that ended during this take ask again now, not a poll later
+        # (a fixed wait after every take held a busy worker at a third of its places).
+        self._schedule_scan(0 if took is True else self._config.poll_interval_s)
 
     def _work_done(self, _result: object, work: Deferred[Any], ledger_id: int) -> None:
         self._work.discard(work)

@@ -477,6 +477,16 @@ def test_a_level_left_unpruned_goes_when_a_take_lists_it_empty(store: MetadataSt
     assert store.children("/ledgers/underreplication/ledgers") == []
 
 
+def test_marks_sent_together_merge_into_marks_already_there(store: MetadataStore) -> None:
+    layout = Layout(store)
+    layout.mark_underreplicated(2, [B1], ctime_ms=5)
+    layout.mark_many_underreplicated([(1, [B3, B3]), (2, [B3]), (1 << 40, [B4])])
+    assert list(layout.underreplicated_ids()) == [1, 2, 1 << 40]
+    marks = {i: layout.read_underreplicated(i) for i in (1, 2, 1 << 40)}
+    assert {i: m.value.replicas for i, m in marks.items() if m} == {1: (B3,), 2: (B1, B3), 1 << 40: (B4,)}
+    layout.mark_many_underreplicated([])
+
+
 def test_malformed_marks_are_reported_and_skipped(store: MetadataStore) -> None:
     layout = Layout(store)
     layout.mark_underreplicated(1, [B3])
