@@ -24,6 +24,11 @@ DAEMON_KEYS = (
     "lostBookieRecoveryDelay",
     "openLedgerRereplicationGracePeriod",
     "rwRereplicateBackoffMs",
+    "auditorPeriodicPlacementPolicyCheckInterval",
+    "repairedPlacementPolicyNotAdheringBookieEnable",
+    "replicationMetadataOpsPerSecond",
+    "replicationNewestFirst",
+    "replicationRateByBytes",
 )
 
 

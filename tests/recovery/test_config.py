@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
+import re
+
 import pytest
 
 from bkctl.errors import UsageError
 from bkctl.model import DigestType
-from bkctl.recovery.config import daemon_config
+from bkctl.recovery.config import DAEMON_KEYS, daemon_config
 
 
 def test_defaults_are_javas() -> None:
@@ -66,3 +69,8 @@ def test_recovery_password_and_digest_for_ledgers_storing_none() -> None:
         daemon_config({"bookieRecoveryDigestType": "SHA256"})
     with pytest.raises(UsageError, match="bookieRecoveryPasswd"):
         daemon_config({"bookieRecoveryPasswd": "x" * 10_000})
+
+
+def test_every_key_read_is_known_to_the_unused_keys_warning() -> None:
+    read = set(re.findall(r'"([a-z][A-Za-z]+)"', inspect.getsource(daemon_config)))
+    assert read - {"false"} <= set(DAEMON_KEYS)
