@@ -30,6 +30,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchmarks.cluster_write import cpu_s  # noqa: E402
 from benchmarks.recover import (  # noqa: E402
     START_S,
     Shape,
@@ -94,6 +95,10 @@ class BkctlStack:
     def kill_first(self) -> None:
         self.children[0].proc.send_signal(signal.SIGKILL)
 
+    def pids(self) -> list[int]:
+        """The processes that go on after the kill (bookies with their daemons)."""
+        return [child.proc.pid for child in self.children[1:]]
+
     def copied(self) -> float | None:
         time.sleep(2.5)  # the daemons publish their status every 2 s
         status = json.loads(bkctl(self.uri, "autorecovery", "status", "-o", "json").stdout)
@@ -122,6 +127,9 @@ class JavaStack:
     def kill_first(self) -> None:
         self.children[0].proc.send_signal(signal.SIGKILL)
 
+    def pids(self) -> list[int]:
+        return [child.proc.pid for child in self.children[1:]]
+
     def copied(self) -> float | None:
         return None  # Java's daemons publish no status
 
@@ -145,6 +153,8 @@ def run(shape: Shape, stack_name: str = "bkctl", rate: int | None = None) -> dic
                     Layout(store).set_replication_rate(rate)
                 observer = Observer(Layout(store), zk)
                 to_heal = naming(observer.layout, stack.ids[0])
+                pids, zk_pids = stack.pids(), [zk.pid] if zk is not None and zk.pid else []
+                cpu_at_kill = [sum(cpu_s(pid) for pid in group) for group in (pids, zk_pids)]
                 killed, requests_at_kill = time.monotonic(), zk_requests(zk)
                 stack.kill_first()
                 first_mark = requests_at_mark = None
@@ -157,6 +167,10 @@ def run(shape: Shape, stack_name: str = "bkctl", rate: int | None = None) -> dic
                         break
                     time.sleep(POLL_S)
                 healed, requests = time.monotonic(), zk_requests(zk) - requests_at_kill - observer.requests
+                cpu = [
+                    sum(cpu_s(pid) for pid in g) - at
+                    for g, at in zip((pids, zk_pids), cpu_at_kill, strict=True)
+                ]
                 after_mark = zk_requests(zk) - observer.requests - (requests_at_mark or 0)
             copied = stack.copied()
         finally:
@@ -176,6 +190,9 @@ def run(shape: Shape, stack_name: str = "bkctl", rate: int | None = None) -> dic
         "ledgers_per_s_after_mark": round(to_heal / mark_to_healed, 1) if mark_to_healed > 0 else None,
         "rate_set_mb_s": None if rate is None else rate / 1e6,
         "mb_per_s_after_mark": round(copied / mark_to_healed, 2) if copied and mark_to_healed > 0 else None,
+        # CPU seconds from the kill to healed: the surviving bookies with their daemons, and ZooKeeper
+        "bookies_cpu_s": round(cpu[0], 1),
+        "zk_cpu_s": round(cpu[1], 1) if zk else None,
         "zk_requests_per_ledger": round(requests / max(1, to_heal), 1) if zk else None,
         "zk_requests_per_ledger_after_mark": round(after_mark / max(1, to_heal), 1) if zk else None,
     }

@@ -137,3 +137,11 @@ SANDBOX_BOOKIE_STOP_WAIT_S: Final = 30.0
 # Generated ledger ids whose node already exists (ledgers created under explicit ids or imported) are
 # skipped at most this many times per create before giving up.
 LEDGER_ID_SKIPS_MAX: Final = 10_000
+
+# Ledgers one autorecovery daemon repairs at once (`autorecovery start --parallel`): a small ledger's
+# repair waits on round trips (ZooKeeper, the bookies' journals) far more than it computes.
+REPLICATION_PARALLEL_DEFAULT: Final = 16
+# An autorecovery daemon's metadata requests a second (replicationMetadataOpsPerSecond): a repair of a
+# small ledger asks ZooKeeper about 4, so this is ~250 ledgers/s per daemon, a sliver of what a
+# ZooKeeper ensemble serves (tens of thousands a second).
+REPLICATION_METADATA_OPS_DEFAULT: Final = 1_000

@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 
+from bkctl import limits
 from bkctl.commands.options import MetadataOption, Problems, open_layout
 from bkctl.commands.output import OutputOption, message, resolve, write_mapping
 from bkctl.commands.running import run_until_stopped
@@ -221,7 +222,9 @@ def start(
             help="A bk_server.conf: the autorecovery, placement policy and security keys are read.",
         ),
     ] = None,
-    parallel: Annotated[int, typer.Option("--parallel", min=1, max=64, help="Ledgers repaired at once.")] = 4,
+    parallel: Annotated[
+        int, typer.Option("--parallel", min=1, max=64, help="Ledgers repaired at once.")
+    ] = limits.REPLICATION_PARALLEL_DEFAULT,
     http_port: Annotated[
         int | None,
         typer.Option(

@@ -36,7 +36,14 @@ from typing import Literal
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from bkctl import limits
-from bkctl.errors import NodeExistsError, NotFoundError, UsageError
+from bkctl.errors import (
+    BkctlError,
+    NodeExistsError,
+    NotFoundError,
+    SessionExpiredError,
+    UnavailableError,
+    UsageError,
+)
 
 log = logging.getLogger("bkctl.metadata")
 
@@ -166,6 +173,25 @@ class MetadataStore(abc.ABC):
             validate_path(path)
         return [self._get_or_none(path) for path in paths]
 
+    def create_each(self, nodes: Sequence[tuple[str, bytes]], *, ephemeral: bool = False) -> list[bool]:
+        """Create each node on its own (not all or nothing: one that exists fails only itself); True
+        where created, False where a node was there already. Other errors (a missing parent) raise.
+
+        ZooKeeper overrides this to send every create before waiting for any (many locks taken in
+        one round trip); this default creates one node after another.
+        """
+        for path, _ in nodes:
+            validate_path(path)
+        created = []
+        for path, data in nodes:
+            try:
+                self.create(path, data, ephemeral=ephemeral)
+            except NodeExistsError:
+                created.append(False)
+            else:
+                created.append(True)
+        return created
+
     def _get_or_none(self, path: str) -> tuple[bytes, Stat] | None:
         try:
             return self.get(path)
@@ -198,6 +224,23 @@ class MetadataStore(abc.ABC):
 
         On failure nothing is applied and the first failing op's error is raised.
         """
+
+    def multi_each(self, batches: Sequence[Sequence[Op]]) -> list[list[OpResult] | BkctlError]:
+        """Each batch applied as one `multi`, each on its own: its results, or the error it failed
+        with (a conflict, a missing node) in its place. Errors of the store itself (closed, an outage
+        that outlasts the retries) raise.
+
+        ZooKeeper overrides this to send every multi before waiting for any; this default applies one
+        after another."""
+        answers: list[list[OpResult] | BkctlError] = []
+        for ops in batches:
+            try:
+                answers.append(self.multi(ops))
+            except (UnavailableError, SessionExpiredError):
+                raise
+            except BkctlError as exc:
+                answers.append(exc)
+        return answers
 
     @abc.abstractmethod
     def watch_data(self, path: str, callback: DataCallback) -> Subscription:

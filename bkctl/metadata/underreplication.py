@@ -5,16 +5,18 @@ replication locks, marking a ledger replicated (and pruning the empty levels abo
 from __future__ import annotations
 
 import contextlib
+import itertools
 import random
 import re
 import socket
 import time
-from collections.abc import Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from bkctl.errors import (
     BadVersionError,
+    BkctlError,
     ConflictError,
     CorruptDataError,
     NodeExistsError,
@@ -134,6 +136,27 @@ class UnderreplicationLayout(LayoutBase):
             except (BadVersionError, NotFoundError):
                 continue
         raise ConflictError(f"ledger {ledger_id}: could not mark it under-replicated (lost every race)")
+
+    def mark_many_underreplicated(self, marks: Sequence[tuple[int, Sequence[str]]]) -> None:
+        """`mark_underreplicated` of each (ledger, missing replicas), ctime now: the new marks, each with
+        its level, sent together (`store.multi_each`: an audit of thousands of ledgers in a few round
+        trips, where one mark at a time held the workers waiting for the audit's last marks); a mark
+        that meets one already there (merged) or a missing upper level goes one by one."""
+        ctime = now_ms()
+        paths = [self.underreplicated_path(ledger_id) for ledger_id, _ in marks]
+        for upper in sorted({path.rsplit("/", 2)[0] for path in paths}):
+            self.store.ensure_path(upper)  # a few: ids of one range share their upper levels
+        batches = []
+        for path, (_, missing) in zip(paths, marks, strict=True):
+            mark = UnderreplicatedLedger(tuple(dict.fromkeys(missing)), ctime)
+            batches.append(
+                [CreateOp(path.rsplit("/", 1)[0]), CreateOp(path, mf.encode_underreplicated_ledger(mark))]
+            )
+        for (ledger_id, missing), answer in zip(marks, self.store.multi_each(batches), strict=True):
+            if isinstance(answer, NodeExistsError | NotFoundError):
+                self.mark_underreplicated(ledger_id, missing)
+            elif isinstance(answer, BkctlError):
+                raise answer
 
     def _create_mark(self, path: str, mark: UnderreplicatedLedger) -> bool:
         """A new mark and its own level (`<%04x>` of the id's low bits: one mark per level node) in one
@@ -266,6 +289,8 @@ class UnderreplicationLayout(LayoutBase):
         if names is None:
             names = [n for n in self._children_or_none(path) or [] if _HEX4.fullmatch(n)]
             descent.levels.put(path, names)
+            if not names and depth:
+                self._prune_empty(path)  # its last mark's worker left it (`mark_replicated(prune=False)`)
         names = sorted(names, reverse=True) if descent.newest_first else list(names)
         if not descent.newest_first:
             descent.rng.shuffle(names)
@@ -274,30 +299,52 @@ class UnderreplicationLayout(LayoutBase):
             if names and not descent.locks_listed:  # once per take, and only when there are marks
                 descent.skip |= self._locked_ids()
                 descent.locks_listed = True
+            self._take_from_level(prefix, names, descent, holder)
+            return
         for name in names:
             if len(descent.taken) >= descent.count:
                 return
-            ledger_id = (prefix << 16) | int(name, 16)
-            if depth < 3:
-                self._descend(f"{path}/{name}", depth + 1, ledger_id, descent, holder)
-            elif ledger_id not in descent.skip and ledger_id <= LEDGER_ID_MAX:
-                taken = self._take_one(ledger_id, holder)
-                if taken is not None:
-                    descent.taken.append(taken)
+            self._descend(f"{path}/{name}", depth + 1, (prefix << 16) | int(name, 16), descent, holder)
+
+    def _take_from_level(self, prefix: int, names: list[str], descent: _Descent, holder: str | None) -> None:
+        """Lock the first free marks of a last level, as many as the take still wants at a time.
+
+        The candidates' marks are read first, in one request: a kept listing names marks that other
+        workers replicated since, and locking those was a lock and its release for nothing (half of
+        the locks taken, measured on 2,000 marks and four workers). Then every lock of the batch is
+        sent before any answer is waited for. A mark replicated by another worker between the read
+        and the lock costs a repair that finds nothing to do; its deletion then finds it gone."""
+        ids = ((prefix << 16) | int(name, 16) for name in names)
+        free = (i for i in ids if i not in descent.skip and i <= LEDGER_ID_MAX)
+        while len(descent.taken) < descent.count:
+            batch = list(itertools.islice(free, (descent.count - len(descent.taken)) * 2))
+            if not batch:
+                return
+            marked = self._read_marks(batch)[: descent.count - len(descent.taken)]
+            answers = self.acquire_replication_locks([ledger_id for ledger_id, _ in marked], holder)
+            session = self.store.session_id
+            descent.taken += [
+                TakenMark(ledger_id, mark.version, mark.value.replicas, session)
+                for (ledger_id, mark), ok in zip(marked, answers, strict=True)
+                if ok
+            ]
+
+    def _read_marks(self, ledger_ids: list[int]) -> list[tuple[int, Versioned[UnderreplicatedLedger]]]:
+        """The marks of these ledgers that are there and readable (`underreplicated` reports the others)."""
+        paths = [self.underreplicated_path(i) for i in ledger_ids]
+        found = []
+        for ledger_id, path, node in zip(ledger_ids, paths, self.store.get_many(paths), strict=True):
+            if node is None:
+                continue
+            try:
+                found.append((ledger_id, Versioned(self._decode_mark(path, node[0]), node[1].version)))
+            except CorruptDataError:
+                continue
+        return found
 
     def _locked_ids(self) -> set[int]:
         names = self._children_or_none(self.ur_path(UR_LOCKS)) or []
         return {i for i in map(parse_underreplicated_name, names) if i is not None}
-
-    def _take_one(self, ledger_id: int, holder: str | None) -> TakenMark | None:
-        session = self.store.session_id
-        if not self.acquire_replication_lock(ledger_id, holder):
-            return None
-        mark = self._try_read_mark(ledger_id)
-        if not isinstance(mark, Versioned):  # replicated meanwhile, or unreadable (`underreplicated` says)
-            self.release_lock(ledger_id)
-            return None
-        return TakenMark(ledger_id, mark.version, mark.value.replicas, session)
 
     def acquire_replication_lock(self, ledger_id: int, holder: str | None = None) -> bool:
         """Take a ledger's replication lock (ephemeral), marked or not; False if another holds it.
@@ -305,17 +352,18 @@ class UnderreplicationLayout(LayoutBase):
         Besides the replication workers, a bookie's GC takes it (Java's acquireUnderreplicatedLedger)
         while it decides to drop an over-replicated copy, so that no worker makes the bookie a replica
         of that ledger again meanwhile. Released with `release_lock`."""
+        return self.acquire_replication_locks([ledger_id], holder)[0]
+
+    def acquire_replication_locks(self, ledger_ids: list[int], holder: str | None = None) -> list[bool]:
+        """`acquire_replication_lock` of each ledger, the creates sent together (`store.create_each`)."""
         data = mf.encode_lock_data(holder if holder is not None else socket.gethostname())
+        nodes = [(self.lock_path(ledger_id), data) for ledger_id in ledger_ids]
         for _ in range(2):
             try:
-                self.store.create(self.lock_path(ledger_id), data, ephemeral=True)
-            except NodeExistsError:
-                return False
+                return self.store.create_each(nodes, ephemeral=True)
             except NotFoundError:  # the locks' parent is made once, not checked before every lock
                 self.store.ensure_path(self.ur_path(UR_LOCKS))
-                continue
-            return True
-        raise NotFoundError(f"{self.ur_path(UR_LOCKS)} vanished twice while locking ledger {ledger_id}")
+        raise NotFoundError(f"{self.ur_path(UR_LOCKS)} vanished twice while locking {len(nodes)} ledgers")
 
     def replication_locked(self, ledger_id: int) -> bool:
         """Whether a worker (or a bookie's GC) holds the ledger's replication lock (Java's
@@ -337,13 +385,16 @@ class UnderreplicationLayout(LayoutBase):
         data = self._data_or_none(self.lock_path(ledger_id))
         return None if data is None else mf.decode_lock_data(data)
 
-    def mark_replicated(self, ledger_id: int, version: int = -1, session_id: int | None = None) -> bool:
+    def mark_replicated(
+        self, ledger_id: int, version: int = -1, session_id: int | None = None, *, prune: bool = True
+    ) -> bool:
         """Delete the mark (if still at `version`), prune its empty parents, release the lock.
 
         Returns False when the mark changed since `version` (a re-mark: it stays, to be checked again)
         or was already gone. `session_id`: the session that took the lock (`TakenMark`); while it is
         still this store's session the lock is ours, and the mark, its level and the lock go in one
-        request.
+        request. `prune=False`: the levels above are not checked (a worker whose listing shows other
+        marks there saves the request; a take that lists a level empty deletes it).
         """
         path = self.underreplicated_path(ledger_id)
         if session_id is not None and session_id == self.store.session_id:
@@ -354,7 +405,8 @@ class UnderreplicationLayout(LayoutBase):
             except (NotFoundError, BadVersionError, NotEmptyError):
                 pass  # one by one below: each step says what it found
             else:
-                self._prune_parents(level, levels=3)
+                if prune:
+                    self._prune_parents(level, levels=3)
                 return True
         try:
             self.store.delete(path, version)
@@ -365,6 +417,14 @@ class UnderreplicationLayout(LayoutBase):
             return True
         finally:
             self.release_lock(ledger_id)
+
+    def _prune_empty(self, path: str) -> None:
+        """Delete a level listed empty, and the empty levels above it."""
+        try:
+            self.store.delete(path)
+        except (NotEmptyError, BadVersionError, NotFoundError):
+            return  # marked again meanwhile, or another worker pruned it
+        self._prune_parents(path, levels=path.count("/") - self.ur_path(UR_LEDGERS).count("/") - 1)
 
     def _prune_parents(self, path: str, levels: int = 4) -> None:
         """Delete the `levels` hex levels above a deleted node while they are empty."""

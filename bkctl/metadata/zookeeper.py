@@ -373,6 +373,35 @@ class ZooKeeperStore(MetadataStore):
         applied = None if sequential else lambda: self._created(path, data, ephemeral)
         return self._retrying(f"create {path}", attempt, applied)
 
+    def create_each(self, nodes: Sequence[tuple[str, bytes]], *, ephemeral: bool = False) -> list[bool]:
+        """Every create sent before any answer is waited for (at most METADATA_GET_MANY_WINDOW in
+        flight): many replication locks in one round trip. One that meets an outage is done again
+        alone, through the outage, as `create` is."""
+        checked = [(validate_path(path), check_data(data)) for path, data in nodes]
+        self._check_open()
+        window = max(1, limits.METADATA_GET_MANY_WINDOW)
+        created: list[bool] = []
+        pending: deque[tuple[str, bytes, Any]] = deque()
+        for path, data in checked:
+            if len(pending) >= window:
+                created.append(self._create_answer(*pending.popleft(), ephemeral))
+            pending.append((path, data, self._client.create_async(path, data, ephemeral=ephemeral)))
+        while pending:
+            created.append(self._create_answer(*pending.popleft(), ephemeral))
+        return created
+
+    def _create_answer(self, path: str, data: bytes, async_result: Any, ephemeral: bool) -> bool:
+        try:
+            self._wait(async_result, path, creating=True)
+        except NodeExistsError:
+            return False
+        except (UnavailableError, SessionExpiredError):
+            try:
+                self.create(path, data, ephemeral=ephemeral)
+            except NodeExistsError:  # ours, if the first try reached the server before the drop
+                return self._created(path, data, ephemeral) is not None
+        return True
+
     def _created(self, path: str, data: bytes, ephemeral: bool) -> str | None:
         """`path` if it is the node a create of `data` (ephemeral: by this session) would have made."""
         return None if self._node_if_mine(path, data, ephemeral) is None else path
@@ -600,7 +629,40 @@ class ZooKeeperStore(MetadataStore):
             lambda: self._multi_applied(checked),
         )
 
-    def _multi_once(self, checked: Sequence[Op]) -> list[OpResult]:
+    def multi_each(self, batches: Sequence[Sequence[Op]]) -> list[list[OpResult] | BkctlError]:
+        """Every multi sent before any answer is waited for (at most METADATA_GET_MANY_WINDOW in
+        flight): an audit's thousands of marks in a few round trips. One that meets an outage is done
+        again alone, through the outage, as `multi` is."""
+        checked = [check_ops(ops) for ops in batches]
+        self._check_open()
+        window = max(1, limits.METADATA_GET_MANY_WINDOW)
+        answers: list[list[OpResult] | BkctlError] = []
+        pending: deque[tuple[list[Op], Any]] = deque()
+        for ops in checked:
+            if len(pending) >= window:
+                answers.append(self._multi_answer(*pending.popleft()))
+            pending.append((ops, self._send_multi(ops) if ops else None))
+        while pending:
+            answers.append(self._multi_answer(*pending.popleft()))
+        return answers
+
+    def _multi_answer(self, ops: list[Op], async_result: Any) -> list[OpResult] | BkctlError:
+        if async_result is None:
+            return []
+        try:
+            return self._multi_results(ops, self._wait(async_result, ops[0].path))
+        except (UnavailableError, SessionExpiredError):
+            pass
+        except BkctlError as exc:
+            return exc
+        try:
+            return self.multi(ops)  # alone, through the outage
+        except (UnavailableError, SessionExpiredError):
+            raise
+        except BkctlError as exc:
+            return exc
+
+    def _send_multi(self, checked: Sequence[Op]) -> Any:
         transaction = self._client.transaction()
         for op in checked:
             if isinstance(op, CreateOp):
@@ -611,7 +673,12 @@ class ZooKeeperStore(MetadataStore):
                 transaction.delete(op.path, op.version)
             else:
                 transaction.check(op.path, op.version)
-        results = self._wait(transaction.commit_async(), checked[0].path)
+        return transaction.commit_async()
+
+    def _multi_once(self, checked: Sequence[Op]) -> list[OpResult]:
+        return self._multi_results(checked, self._wait(self._send_multi(checked), checked[0].path))
+
+    def _multi_results(self, checked: Sequence[Op], results: list[Any]) -> list[OpResult]:
         for op, result in zip(checked, results, strict=True):
             # The failing op carries its real error; the others only say they were rolled back.
             if isinstance(result, Exception) and not isinstance(

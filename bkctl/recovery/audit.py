@@ -9,6 +9,7 @@ It only decides; the audit itself is a callable given to it, so tests drive it w
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -16,6 +17,8 @@ from typing import Any
 
 from bkctl.metadata.layout import Layout
 from bkctl.model import LedgerMetadata
+
+MARK_BATCH = 256  # local bound: marks an audit sends together
 
 log = logging.getLogger("bkctl.recovery.audit")
 
@@ -121,10 +124,12 @@ def audit_bookies(layout: Layout, available: Iterable[str]) -> AuditReport:
     report = AuditReport(lost_bookies=[])
     lost: dict[str, None] = {}
     ledgers = layout.read_ledgers(layout.ledger_ids())
-    for ledger_id, missing in ledgers_missing_bookies(_counted(ledgers, report), up):
-        layout.mark_underreplicated(ledger_id, missing)
-        report.ledgers_marked.append(ledger_id)
-        lost.update(dict.fromkeys(missing))
+    found = ledgers_missing_bookies(_counted(ledgers, report), up)
+    while chunk := list(itertools.islice(found, MARK_BATCH)):
+        layout.mark_many_underreplicated(chunk)  # the workers start on a chunk while the next is found
+        for ledger_id, missing in chunk:
+            report.ledgers_marked.append(ledger_id)
+            lost.update(dict.fromkeys(missing))
     report.lost_bookies = sorted(lost)
     for bookie, (czxid, seen) in layout.cookie_generations(listed).items():
         if seen != czxid:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from twisted.internet import defer
+from twisted.internet.defer import Deferred
 
 from bkctl.client.single_bookie import last_entry_on, read_from_bookie
 from bkctl.errors import BkctlError, NotFoundError, UnavailableError, UsageError
@@ -37,6 +38,7 @@ from bkctl.recovery.replicator import (
     copy_fragment,
     entry_ranges,
     swap_bookie,
+    window_for,
 )
 
 if TYPE_CHECKING:
@@ -204,15 +206,28 @@ class RegisteredBookies:
         self._client, self._ttl_s = client, ttl_s
         self._read_at = -ttl_s
         self._lists: tuple[list[str], list[str]] = ([], [])
+        self._reading: list[Deferred[None]] | None = None  # the repairs waiting for the read under way
 
     async def lists(self) -> tuple[list[str], list[str]]:
         now = time.monotonic()
-        if now - self._read_at >= self._ttl_s:
-            layout = self._client.layout
+        if now - self._read_at < self._ttl_s:
+            return self._lists
+        if self._reading is not None:  # one read for every repair that asks meanwhile (16 at once)
+            waiting: Deferred[None] = Deferred()
+            self._reading.append(waiting)
+            await waiting
+            return self._lists
+        self._reading = []
+        layout = self._client.layout
+        try:
             self._lists = await self._client.in_thread(
                 lambda: (layout.bookies(), layout.bookies(readonly=True))
             )
             self._read_at = now
+        finally:
+            waiters, self._reading = self._reading, None
+            for waiter in waiters:  # a failed read: they answer from the lists read before
+                waiter.callback(None)
         return self._lists
 
     async def writable(self) -> list[str]:
@@ -242,7 +257,9 @@ class BookieRecovery:
         self.dead = self.failed - {bookie for bookie, _ in options.live}
         self.report = RecoveryReport(list(options.failed), options.target, options.dry_run)
         # a daemon's repairs share its throttle (its share of the cluster's budget)
-        self.throttle = throttle or Throttle(client.reactor, options.rate_bytes_per_s)
+        self.throttle = throttle or Throttle(
+            client.reactor, options.rate_bytes_per_s, window_for(options.parallel)
+        )
         self.stopping = False
 
     def stop(self) -> None:
@@ -275,7 +292,10 @@ class BookieRecovery:
         return self.report
 
     async def _check_target(self) -> None:
-        await check_target(self.client, self.options.target, self.failed)
+        target = self.options.target
+        if target is not None and target in await self.bookies.writable():
+            return  # a worker's own bookie, registered a moment ago: one read less per ledger repaired
+        await check_target(self.client, target, self.failed)
 
     async def _one(self, ledger_id: int) -> None:
         try:

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
+
+from twisted.internet import defer
+from twisted.internet.defer import Deferred
 
 from bkctl.client.single_bookie import entries_held, read_from_bookie
 from bkctl.protocol.entry_availability import Holdings
@@ -24,6 +27,7 @@ if TYPE_CHECKING:
     from bkctl.metadata.nodes import Versioned
     from bkctl.model import LedgerMetadata
 
+T = TypeVar("T")
 OK, MISSING, BOOKIE_DOWN, DIGEST_MISMATCH = "ok", "missing", "bookie_down", "digest_mismatch"
 _DOWN_ANSWERS = ("timed out", "unavailable", "EIO", "ETOOMANYREQUESTS")
 
@@ -67,15 +71,24 @@ async def admin_open(
 
 
 async def check_ledger(
-    client: Client, ledger_id: int, *, full: bool = False, password: bytes | None = None
+    client: Client,
+    ledger_id: int,
+    *,
+    full: bool = False,
+    password: bytes | None = None,
+    known: Versioned[LedgerMetadata] | None = None,
+    registered: set[str] | None = None,
 ) -> LedgerCheck:
     """Every fragment of the ledger (up to its last entry, or the last add confirmed of an open one),
-    checked; bookies registered neither read-write nor read-only count as down without a read."""
+    checked; bookies registered neither read-write nor read-only count as down without a read.
+    `known`: the ledger's metadata already read, `registered`: the registered bookies already listed
+    (a sweep of every ledger reads them once, not per ledger)."""
     layout = client.layout
-    handle = await admin_open(client, ledger_id, recovery=False, password=password)
+    handle = await admin_open(client, ledger_id, recovery=False, password=password, known=known)
     md = handle.metadata
     last = md.last_entry_id if handle.is_closed else handle.last_add_confirmed
-    registered = set(await client.in_thread(lambda: [*layout.bookies(), *layout.bookies(readonly=True)]))
+    if registered is None:
+        registered = set(await client.in_thread(lambda: [*layout.bookies(), *layout.bookies(readonly=True)]))
     down = {b for segment in md.segments for b in segment.ensemble} - registered
     states = await check_fragments(handle, fragments(ledger_id, md, last), full=full, down=down)
     return LedgerCheck(handle, states, registered)
@@ -90,37 +103,48 @@ async def check_fragments(
     Java's replicas check uses): a fragment whose first and last entries are there can still lack
     entries in between, as when a writer was killed while a bookie was slow (acknowledged by the ack
     quorum, never sent to the third copy) and nobody but this check can see them. A bookie that cannot
-    list them (an older one) is judged by the reads alone.
+    list them (an older one) is judged by the reads alone. Every bookie's list is asked for at once,
+    then every fragment's reads go at once: a check costs two round trips, not two per fragment.
     """
     gone = set(down)
+    wanted = [(f, list(f.entries()) if full else f.first_and_last()) for f in fragments]
+    asked = sorted({f.bookie for f, entries in wanted if entries and f.bookie not in gone})
     held: dict[str, Holdings | None] = {}
-    states = []
-    for fragment in fragments:
-        wanted = list(fragment.entries()) if full else fragment.first_and_last()
-        if not wanted:
-            states.append(FragmentState(fragment))
-        elif fragment.bookie in gone:
-            states.append(FragmentState(fragment, BOOKIE_DOWN, wanted))
-        else:
-            _, failures = await read_from_bookie(handle, fragment.bookie, wanted)
-            state = _state(fragment, failures)
-            if state.ok and not full:
-                state = await _in_between(handle, fragment, held)
-            states.append(state)
-    return states
+    if not full and asked:
+        lists = await _every([entries_held(handle, bookie) for bookie in asked])
+        held = dict(zip(asked, lists, strict=True))
+    return await _every(
+        [defer.ensureDeferred(_check(handle, f, entries, gone, held)) for f, entries in wanted]
+    )
 
 
-async def _in_between(
-    handle: LedgerHandle, fragment: Fragment, held: dict[str, Holdings | None]
+async def _every(deferreds: list[Deferred[T]]) -> list[T]:
+    """Their results in order; the first failure raised as itself (not wrapped in FirstError)."""
+    try:
+        return list(await defer.gatherResults(deferreds, consumeErrors=True))
+    except defer.FirstError as exc:
+        exc.subFailure.raiseException()
+        raise
+
+
+async def _check(
+    handle: LedgerHandle,
+    fragment: Fragment,
+    wanted: list[int],
+    gone: set[str],
+    held: dict[str, Holdings | None],
 ) -> FragmentState:
-    """A fragment whose first and last entry were read, judged by the entries its bookie lists."""
-    if fragment.bookie not in held:
-        held[fragment.bookie] = await entries_held(handle, fragment.bookie)
-    holdings = held[fragment.bookie]
-    if holdings is None:
+    if not wanted:
         return FragmentState(fragment)
+    if fragment.bookie in gone:
+        return FragmentState(fragment, BOOKIE_DOWN, wanted)
+    _, failures = await read_from_bookie(handle, fragment.bookie, wanted)
+    state = _state(fragment, failures)
+    holdings = held.get(fragment.bookie)
+    if not state.ok or holdings is None:
+        return state  # `full` read them all; a bookie that cannot list is judged by the reads
     missing = await handle.client.in_thread(_not_held, fragment, holdings)
-    return FragmentState(fragment, MISSING, missing) if missing else FragmentState(fragment)
+    return FragmentState(fragment, MISSING, missing) if missing else state
 
 
 def _not_held(fragment: Fragment, holdings: Holdings) -> list[int]:

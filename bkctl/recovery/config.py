@@ -24,6 +24,11 @@ DAEMON_KEYS = (
     "lostBookieRecoveryDelay",
     "openLedgerRereplicationGracePeriod",
     "rwRereplicateBackoffMs",
+    "auditorPeriodicPlacementPolicyCheckInterval",
+    "repairedPlacementPolicyNotAdheringBookieEnable",
+    "replicationMetadataOpsPerSecond",
+    "replicationNewestFirst",
+    "replicationRateByBytes",
 )
 
 
@@ -72,8 +77,16 @@ def daemon_config(
         recovery_digest=DigestType.parse(properties.get("bookieRecoveryDigestType", "CRC32")),
         replication_rate_bytes=get("replicationRateByBytes", -1, -1, 2**62),
         newest_first=bool_key("replicationNewestFirst", properties.get("replicationNewestFirst", "false")),
+        metadata_ops_per_s=_ops_rate(properties.get("replicationMetadataOpsPerSecond")),
     )
     return auditor, worker
+
+
+def _ops_rate(value: str | None) -> int | None:
+    """replicationMetadataOpsPerSecond: 0 for no limit; absent, the default."""
+    if value is None:
+        return limits.REPLICATION_METADATA_OPS_DEFAULT
+    return int_key("replicationMetadataOpsPerSecond", value, 0, INT_MAX) or None
 
 
 def _password(value: str | None) -> bytes:

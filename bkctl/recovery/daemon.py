@@ -17,6 +17,7 @@ from twisted.internet import task, threads
 from twisted.internet.defer import inlineCallbacks
 
 from bkctl.metadata.layout import Layout
+from bkctl.metadata.metered import MeteredStore, OpsRate
 from bkctl.recovery.auditor import Auditor, AuditorConfig
 from bkctl.recovery.budget import CopyBudget
 from bkctl.recovery.election import AuditorElection
@@ -199,6 +200,8 @@ def autorecovery_daemon(
     from bkctl.recovery.repair import LedgerRepairer
 
     config = worker_config or WorkerConfig()
+    if config.metadata_ops_per_s:  # the daemon's requests, auditor and workers, within the budget
+        layout = Layout(MeteredStore(layout.store, OpsRate(config.metadata_ops_per_s)), layout.root)
     client = Client(
         layout,
         reactor,
@@ -207,7 +210,7 @@ def autorecovery_daemon(
         recovery_digest=config.recovery_digest,
         placement_policy=placement_policy,
     )
-    repairer = LedgerRepairer(client, local_bookie)
+    repairer = LedgerRepairer(client, local_bookie, config.parallel)
     daemon = AutorecoveryDaemon(layout, reactor, daemon_id, repairer, auditor_config, worker_config)
     daemon.client = client
     rate = config.replication_rate_bytes

@@ -18,12 +18,14 @@ from typing import TYPE_CHECKING, Any
 from twisted.internet import defer
 from twisted.internet.defer import Deferred
 
+from bkctl import limits
 from bkctl.errors import NotFoundError
-from bkctl.model import LedgerState
+from bkctl.metadata.nodes import Versioned
+from bkctl.model import LedgerMetadata, LedgerState
 from bkctl.recovery.bookie_recovery import BookieRecovery, RecoveryOptions, RegisteredBookies, admin_open
 from bkctl.recovery.checker import check_ledger
 from bkctl.recovery.placement_check import ledger_placement
-from bkctl.recovery.replicator import Throttle, format_ranges
+from bkctl.recovery.replicator import Throttle, format_ranges, window_for
 from bkctl.recovery.worker import RepairOutcome
 
 if TYPE_CHECKING:
@@ -33,22 +35,36 @@ OPEN_SKIP = "--skip-open-ledgers"
 
 
 class LedgerRepairer:
-    def __init__(self, client: Client, local_bookie: str | None = None) -> None:
+    def __init__(
+        self,
+        client: Client,
+        local_bookie: str | None = None,
+        parallel: int = limits.REPLICATION_PARALLEL_DEFAULT,
+    ) -> None:
         self.client, self.local_bookie = client, local_bookie
         self.bookies = RegisteredBookies(client)  # shared by this worker's repairs
-        # every copy of this worker, together: its share of the cluster's replicationRateByBytes
-        self.throttle = Throttle(client.reactor, None)
+        # every copy of this worker, together: its share of the cluster's replicationRateByBytes, and
+        # the entries in flight of its `parallel` repairs
+        self.throttle = Throttle(client.reactor, None, window_for(parallel))
 
-    def repair(self, ledger_id: int, missing: tuple[str, ...]) -> Deferred[RepairOutcome]:
-        return defer.ensureDeferred(self._repair(ledger_id, missing))
+    def repair(
+        self, ledger_id: int, missing: tuple[str, ...], known: Versioned[LedgerMetadata] | None = None
+    ) -> Deferred[RepairOutcome]:
+        return defer.ensureDeferred(self._repair(ledger_id, missing, known))
 
     def fence(self, ledger_id: int) -> Deferred[Any]:
         return defer.ensureDeferred(admin_open(self.client, ledger_id, recovery=True))
 
-    async def _repair(self, ledger_id: int, missing: tuple[str, ...]) -> RepairOutcome:
+    async def _repair(
+        self, ledger_id: int, missing: tuple[str, ...], known: Versioned[LedgerMetadata] | None
+    ) -> RepairOutcome:
         layout = self.client.layout
+        # the take's read, else read now; a stale one fails the swap's CAS, which reads again
+        metadata: Versioned[LedgerMetadata]
         try:
-            known = await self.client.in_thread(layout.read_ledger, ledger_id)
+            metadata = (
+                known if known is not None else await self.client.in_thread(layout.read_ledger, ledger_id)
+            )
         except NotFoundError:
             return RepairOutcome(replicated=False, deleted=True)
         writable, readonly = await self.bookies.lists()
@@ -80,7 +96,7 @@ class LedgerRepairer:
         options = RecoveryOptions(
             tuple(lost), target, ledger=ledger_id, parallel=1, skip_open=True, live=live, placement_move=move
         )
-        known_now = {ledger_id: known}
+        known_now = {ledger_id: metadata}
         recovery = BookieRecovery(
             self.client, options, known=known_now, bookies=self.bookies, throttle=self.throttle
         )

@@ -33,6 +33,10 @@ if TYPE_CHECKING:
 
 _EOK = int(wire.ReturnCode.EOK)
 WINDOW_ENTRIES = 512
+# entries in flight for all the copies of a run or a daemon together: each of `parallel` copies gets
+# its share as its window (`window_for`), so many small ledgers at once hold no more than 4 did
+IN_FLIGHT_ENTRIES = 2048  # local bound
+WINDOW_ENTRIES_MIN = 16  # local bound
 WINDOW_BYTES = 16 * 1024 * 1024  # local bound
 SWAP_CAS_MAX = 20  # local bound
 
@@ -75,8 +79,9 @@ class Throttle:
     of daemons). Each byte is due `1 / rate` s after the previous one; time left idle is credited for
     at most BURST_S, so a pause is not followed by an unbounded burst."""
 
-    def __init__(self, reactor: Any, bytes_per_s: float | None) -> None:
+    def __init__(self, reactor: Any, bytes_per_s: float | None, window_entries: int = WINDOW_ENTRIES) -> None:
         self._reactor, self._rate = reactor, bytes_per_s or None
+        self.window_entries = window_entries  # entries in flight per copy sharing this throttle
         self._due: float = reactor.seconds()  # when the bytes counted so far are all sent, at the rate
 
     @property
@@ -102,6 +107,11 @@ class Throttle:
 
 
 BURST_S = 0.25  # local bound: how much of the rate a copier may take at once
+
+
+def window_for(parallel: int) -> int:
+    """Each copy's window when `parallel` copies go at once."""
+    return max(WINDOW_ENTRIES_MIN, min(WINDOW_ENTRIES, IN_FLIGHT_ENTRIES // max(1, parallel)))
 
 
 class FragmentCopy:
@@ -142,7 +152,7 @@ class FragmentCopy:
             self.queue
             and not self.paused
             and self.error is None
-            and self.in_flight < WINDOW_ENTRIES
+            and self.in_flight < self.throttle.window_entries
             and self.bytes_in_flight < WINDOW_BYTES
         ):
             entry_id = self.queue.pop()

@@ -22,13 +22,19 @@ from typing import Any, Protocol
 from twisted.internet import defer, task, threads
 from twisted.internet.defer import Deferred, inlineCallbacks
 
+from bkctl import limits
 from bkctl.metadata.autorecovery import UR_DISABLE
 from bkctl.metadata.layout import Layout
+from bkctl.metadata.nodes import Versioned
 from bkctl.metadata.store import Subscription
 from bkctl.metadata.underreplication import TakenMark, UpperLevels
-from bkctl.model import DigestType
+from bkctl.model import DigestType, LedgerMetadata
 
 log = logging.getLogger("bkctl.recovery.worker")
+
+# pool threads beyond `parallel`: metadata requests are made from pool threads (kazoo sends them from
+# every thread over one connection), and the auditor, the status and the copy budget use the pool too
+THREADS_SPARE = 8  # local bound
 
 
 @dataclass(frozen=True)
@@ -45,7 +51,11 @@ class RepairOutcome:
 
 
 class Repairer(Protocol):
-    def repair(self, ledger_id: int, missing: tuple[str, ...]) -> Deferred[RepairOutcome]: ...
+    def repair(
+        self, ledger_id: int, missing: tuple[str, ...], known: Versioned[LedgerMetadata] | None = None
+    ) -> Deferred[RepairOutcome]:
+        """`known`: the ledger's metadata as the take read it (None: the repair reads it)."""
+        ...
 
     def fence(self, ledger_id: int) -> Deferred[Any]: ...
 
@@ -57,10 +67,13 @@ class WorkerConfig:
     bookieRecoveryDigestType (for ledgers whose metadata stores no password), replicationRateByBytes
     (for every daemon of the cluster together, not each one as Java's)."""
 
-    parallel: int = 4
+    # Ledgers repaired at once: a small ledger's repair is a chain of round trips (ZooKeeper, the
+    # bookies' journals) that waits far more than it computes, so many go at once.
+    parallel: int = limits.REPLICATION_PARALLEL_DEFAULT
     poll_interval_s: float = 0.25  # an idle walk is one children() call: cheap, and marks start sooner
-    # marks taken together: one descent of the mark tree (a listing per level) serves several
-    take_batch: int = 2
+    # a take waits until this many places are free, then fills them all: one descent of the mark tree
+    # (a listing per level, the locks sent together, the marks and the ledgers read in one request each)
+    take_batch: int = 4
     open_ledger_grace_s: float = 30.0
     backoff_start_s: float = 5.0
     backoff_max_s: float = 300.0
@@ -69,6 +82,9 @@ class WorkerConfig:
     # replicationRateByBytes: the cluster's copy budget (recovery.budget) until `autorecovery set-rate`
     replication_rate_bytes: int | None = None
     newest_first: bool = False  # take the highest ledger ids first (bkctl's replicationNewestFirst)
+    # replicationMetadataOpsPerSecond: the daemon's metadata requests a second, auditor and workers
+    # together (bkctl.metadata.metered); None: no limit
+    metadata_ops_per_s: int | None = limits.REPLICATION_METADATA_OPS_DEFAULT
 
 
 @dataclass
@@ -118,6 +134,8 @@ class ReplicationWorker:
 
     def start(self) -> None:
         self._running = True
+        if self._reactor.getThreadPool().max < self._config.parallel + THREADS_SPARE:
+            self._reactor.suggestThreadPoolSize(self._config.parallel + THREADS_SPARE)
         self._in_thread(self._watch_flag).addErrback(
             lambda f: log.info("autorecovery flag not watched (%s): read at each take", f.getErrorMessage())
         )
@@ -182,8 +200,11 @@ class ReplicationWorker:
         taken.addCallbacks(self._start_all, self._scan_failed)
         taken.addBoth(self._scan_done)
 
-    def _take_marks(self, free: int, busy: set[int]) -> list[TakenMark]:
-        """Lock up to `free` marked ledgers (blocking), by a random descent of the mark tree."""
+    def _take_marks(
+        self, free: int, busy: set[int]
+    ) -> list[tuple[TakenMark, Versioned[LedgerMetadata] | None]]:
+        """Lock up to `free` marked ledgers (blocking), by a random descent of the mark tree, and read
+        their ledgers' metadata in one request (each repair starts from it)."""
         enabled = self._enabled
         if not (self._layout.autorecovery_enabled() if enabled is None else enabled):
             return []
@@ -191,22 +212,26 @@ class ReplicationWorker:
             free, self.worker_id, busy, self._rng, self._levels, newest_first=self._config.newest_first
         )
         self.stats.backlog = seen
-        return taken
+        known = dict(self._layout.read_ledgers_versioned([mark.ledger_id for mark in taken]))
+        return [(mark, known.get(mark.ledger_id)) for mark in taken]
 
-    def _start_all(self, taken: list[TakenMark]) -> None:
-        for mark in taken:
+    def _start_all(self, taken: list[tuple[TakenMark, Versioned[LedgerMetadata] | None]]) -> bool:
+        for mark, known in taken:
             self.stats.copying[mark.ledger_id] = Copying(mark.ledger_id, time.monotonic(), mark.replicas)
-            work = self._replicate(mark)
+            work = self._replicate(mark, known)
             self._work.add(work)
             work.addBoth(self._work_done, work, mark.ledger_id)
+        return bool(taken)
 
     def _scan_failed(self, failure: Any) -> None:
         log.warning("replication worker %s: %s", self.worker_id, failure.getErrorMessage())
 
-    def _scan_done(self, _result: object) -> None:
+    def _scan_done(self, took: object) -> None:
         self._scanning = False
         self.scans += 1
-        self._schedule_scan(self._config.poll_interval_s)
+        # Marks were there: the repairs that ended during this take ask again now, not a poll later
+        # (a fixed wait after every take held a busy worker at a third of its places).
+        self._schedule_scan(0 if took is True else self._config.poll_interval_s)
 
     def _work_done(self, _result: object, work: Deferred[Any], ledger_id: int) -> None:
         self._work.discard(work)
@@ -216,10 +241,10 @@ class ReplicationWorker:
     # --- one ledger ---------------------------------------------------------------------------------
 
     @inlineCallbacks
-    def _replicate(self, mark: TakenMark) -> Any:
+    def _replicate(self, mark: TakenMark, known: Versioned[LedgerMetadata] | None) -> Any:
         ledger_id, missing = mark.ledger_id, mark.replicas
         try:
-            outcome = yield self._repairer.repair(ledger_id, missing)
+            outcome = yield self._repairer.repair(ledger_id, missing, known)
             if outcome.open_tail_missing and not outcome.deleted:
                 outcome = yield self._fence_after_grace(ledger_id, missing)
         except Exception as exc:  # any failure: back off, keep the daemon alive
@@ -232,7 +257,10 @@ class ReplicationWorker:
             self._finished[ledger_id] = time.monotonic()
             log.info("ledger %d was deleted: under-replication mark dropped", ledger_id)
         elif outcome.replicated:
-            yield self._in_thread(self._layout.mark_replicated, ledger_id, mark.version, mark.session_id)
+            prune = not self._others_listed(ledger_id)
+            yield self._in_thread(
+                lambda: self._layout.mark_replicated(ledger_id, mark.version, mark.session_id, prune=prune)
+            )
             self._backoff.pop(ledger_id, None)
             self.stats.failing.pop(ledger_id, None)
             self.stats.ledgers_replicated += 1
@@ -245,6 +273,15 @@ class ReplicationWorker:
             )
         else:
             yield self._failed(ledger_id, outcome.detail or "not fully replicated")
+
+    def _others_listed(self, ledger_id: int) -> bool:
+        """Whether the kept listing of the ledger's last level shows marks other than this worker's
+        finished ones: then its level stays, and checking whether it is empty would be a request for
+        nothing. A listing that is wrong costs either that request or an empty level left for the next
+        take that lists it."""
+        level = self._layout.underreplicated_path(ledger_id).rsplit("/", 2)[0]
+        done = {f"{i & 0xFFFF:04x}" for i in (*self._finished, ledger_id)}
+        return any(name not in done for name in self._levels.get(level) or ())
 
     @inlineCallbacks
     def _fence_after_grace(self, ledger_id: int, missing: tuple[str, ...]) -> Any:

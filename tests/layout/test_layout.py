@@ -22,6 +22,7 @@ from bkctl.metadata.layout import (
     underreplicated_subpath,
 )
 from bkctl.metadata.store import MetadataStore
+from bkctl.metadata.underreplication import UpperLevels
 from bkctl.model import DigestType, LedgerMetadata, LedgerState, Segment
 from bkctl.protocol import metadata_format as mf
 from tests.conftest import StoreTarget
@@ -448,6 +449,42 @@ def test_take_passes_over_a_mark_gone_after_the_listing_and_a_remark_survives(
     assert layout.lock_holder(9) is None
     assert layout.mark_underreplicated(9, [B3])  # over the empty level left behind
     assert layout.read_underreplicated(9) is not None
+
+
+def test_a_take_from_a_kept_listing_locks_no_mark_replicated_since(store_target: StoreTarget) -> None:
+    """A kept listing names marks other workers replicated since: they are read, not locked."""
+    store, other = store_target.open(), store_target.open()
+    layout, levels = Layout(store), UpperLevels(ttl_s=600)
+    for ledger_id in (1, 2, 3):
+        layout.mark_underreplicated(ledger_id, [B3])
+    (first,), _ = layout.take_underreplicated(1, "w", skip={2, 3}, levels=levels)  # listings kept
+    theirs = Layout(other)
+    for ledger_id in (2, 3):
+        assert theirs.lock_underreplicated(ledger_id, "other") is not None
+        assert theirs.mark_replicated(ledger_id)
+    assert layout.take_underreplicated(2, "w", skip={first.ledger_id}, levels=levels)[0] == []
+    assert layout.lock_holder(2) is None and layout.lock_holder(3) is None
+    assert layout.mark_replicated(first.ledger_id, first.version, first.session_id)
+
+
+def test_a_level_left_unpruned_goes_when_a_take_lists_it_empty(store: MetadataStore) -> None:
+    layout = Layout(store)
+    layout.mark_underreplicated(5, [B3])
+    (mark,), _ = layout.take_underreplicated(1, "w")
+    assert layout.mark_replicated(mark.ledger_id, mark.version, mark.session_id, prune=False)
+    assert store.children("/ledgers/underreplication/ledgers/0000/0000/0000") == []  # left behind
+    assert layout.take_underreplicated(1, "w") == ([], 0)
+    assert store.children("/ledgers/underreplication/ledgers") == []
+
+
+def test_marks_sent_together_merge_into_marks_already_there(store: MetadataStore) -> None:
+    layout = Layout(store)
+    layout.mark_underreplicated(2, [B1], ctime_ms=5)
+    layout.mark_many_underreplicated([(1, [B3, B3]), (2, [B3]), (1 << 40, [B4])])
+    assert list(layout.underreplicated_ids()) == [1, 2, 1 << 40]
+    marks = {i: layout.read_underreplicated(i) for i in (1, 2, 1 << 40)}
+    assert {i: m.value.replicas for i, m in marks.items() if m} == {1: (B3,), 2: (B1, B3), 1 << 40: (B4,)}
+    layout.mark_many_underreplicated([])
 
 
 def test_malformed_marks_are_reported_and_skipped(store: MetadataStore) -> None:

@@ -109,6 +109,35 @@ def test_create_without_parent_fails(store: MetadataStore) -> None:
     assert store.exists("/missing") is None
 
 
+def test_create_each_creates_each_node_on_its_own(store: MetadataStore) -> None:
+    store.create("/locks")
+    store.create("/locks/b", b"theirs")
+    nodes = [(f"/locks/{name}", name.encode()) for name in "abc"]
+    assert store.create_each(nodes, ephemeral=True) == [True, False, True]
+    assert store.get("/locks/b")[0] == b"theirs"  # the one there is untouched, the others made
+    data, stat = store.get("/locks/c")
+    assert data == b"c" and stat.ephemeral_owner == store.session_id
+    assert store.create_each([]) == []
+    with pytest.raises(NotFoundError):
+        store.create_each([("/missing/x", b"")])
+
+
+def test_multi_each_applies_each_batch_on_its_own(store: MetadataStore) -> None:
+    store.create("/m")
+    store.create("/m/taken", b"theirs")
+    answers = store.multi_each(
+        [
+            [CreateOp("/m/a"), CreateOp("/m/a/x", b"1")],
+            [CreateOp("/m/b"), CreateOp("/m/taken", b"ours")],  # fails whole: /m/b is not made
+            [],
+            [CreateOp("/missing/c")],
+        ]
+    )
+    assert answers[0] == ["/m/a", "/m/a/x"] and answers[2] == []
+    assert isinstance(answers[1], NodeExistsError) and isinstance(answers[3], NotFoundError)
+    assert store.children("/m") == ["a", "taken"] and store.get("/m/a/x")[0] == b"1"
+
+
 def test_make_parents(store: MetadataStore) -> None:
     store.create("/a")
     assert store.create("/a/b/c/d", b"leaf", make_parents=True) == "/a/b/c/d"

@@ -13,13 +13,16 @@ from typing import Any
 import pytest
 from twisted.internet import defer, reactor, threads
 
+from bkctl.client.client import Client
 from bkctl.client.single_bookie import read_from_bookie
 from bkctl.errors import UsageError
 from bkctl.metadata.layout import Layout
+from bkctl.metadata.metered import MeteredStore, OpsRate
 from bkctl.model import LedgerMetadata, LedgerState
 from bkctl.recovery.bookie_recovery import (
     BookieRecovery,
     RecoveryOptions,
+    RegisteredBookies,
     admin_open,
     recover_ledger_replicas,
 )
@@ -27,6 +30,7 @@ from bkctl.recovery.checker import BOOKIE_DOWN, MISSING, check_fragments, check_
 from bkctl.recovery.fragments import fragments
 from tests.client.cluster import Cluster, bounded
 from tests.client.test_ledger import PW, payloads
+from tests.conftest import StoreTarget
 from tests.server.helpers import wait_until
 from tests.server_net.live import in_thread, twisted_test
 
@@ -497,8 +501,6 @@ class WriterRacesTheSwap(Layout):
 
 @twisted_test
 async def test_a_writers_ensemble_change_during_the_swap_is_kept(tmp_path: Path) -> None:
-    from bkctl.client.client import Client
-
     cluster = await Cluster(tmp_path).start(6)
     try:
         writer = await bounded(cluster.client(seed=21).create_ledger(3, 3, 2, password=PW))
@@ -533,3 +535,26 @@ async def test_a_writers_ensemble_change_during_the_swap_is_kept(tmp_path: Path)
         assert failures == [] and len(found) == 20
     finally:
         await cluster.stop()
+
+
+@twisted_test
+async def test_repairs_asking_at_once_share_one_read_of_the_registered_bookies(
+    store_target: StoreTarget,
+) -> None:
+    store = store_target.open()
+    layout = Layout(store)
+    await in_thread(layout.init_cluster)
+    await in_thread(layout.register_bookie, "127.0.0.1:3181")
+    metered = MeteredStore(store, OpsRate(1_000_000))
+    client = Client(Layout(metered), reactor)
+    try:
+        await bounded(defer.ensureDeferred(RegisteredBookies(client).lists()))
+        one_read = metered.rate.requests
+        shared = RegisteredBookies(client)  # 16 repairs meet its cache empty
+        answers = await bounded(
+            defer.gatherResults([defer.ensureDeferred(shared.lists()) for _ in range(16)])
+        )
+        assert answers == [(["127.0.0.1:3181"], [])] * 16
+        assert metered.rate.requests == 2 * one_read
+    finally:
+        await bounded(client.close())

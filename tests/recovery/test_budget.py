@@ -9,7 +9,7 @@ from twisted.internet import task
 from bkctl.metadata.autorecovery import RATE_UNLIMITED
 from bkctl.metadata.layout import Layout
 from bkctl.recovery.budget import CopyBudget, share
-from bkctl.recovery.replicator import BURST_S, Throttle
+from bkctl.recovery.replicator import BURST_S, Throttle, window_for
 from tests.conftest import StoreTarget
 from tests.recovery.test_daemon import until
 from tests.server_net.live import twisted_test
@@ -61,3 +61,7 @@ async def test_each_daemon_takes_its_share_at_once(store_target: StoreTarget) ->
     finally:
         budget.stop()
         store.close()
+
+
+def test_the_copies_at_once_share_the_entries_in_flight() -> None:
+    assert [window_for(n) for n in (1, 4, 16, 32, 1000)] == [512, 512, 128, 64, 16]

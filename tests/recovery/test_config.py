@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
+import re
+
 import pytest
 
 from bkctl.errors import UsageError
 from bkctl.model import DigestType
-from bkctl.recovery.config import daemon_config
+from bkctl.recovery.config import DAEMON_KEYS, daemon_config
 
 
 def test_defaults_are_javas() -> None:
@@ -26,6 +29,7 @@ def test_keys_in_javas_units() -> None:
             "lockReleaseOfFailedLedgerGracePeriod": "60000",
             "replicationRateByBytes": "5000000",
             "replicationNewestFirst": "true",
+            "replicationMetadataOpsPerSecond": "250",
         },
         parallel=8,
     )
@@ -33,6 +37,12 @@ def test_keys_in_javas_units() -> None:
     assert (worker.open_ledger_grace_s, worker.backoff_start_s, worker.backoff_max_s) == (3.0, 0.25, 60.0)
     assert worker.parallel == 8
     assert (worker.replication_rate_bytes, worker.newest_first) == (5_000_000, True)
+    assert worker.metadata_ops_per_s == 250
+
+
+def test_metadata_ops_budget_by_default_and_zero_for_none() -> None:
+    assert daemon_config({})[1].metadata_ops_per_s == 1_000
+    assert daemon_config({"replicationMetadataOpsPerSecond": "0"})[1].metadata_ops_per_s is None
 
 
 @pytest.mark.parametrize(
@@ -42,6 +52,7 @@ def test_keys_in_javas_units() -> None:
         ("rwRereplicateBackoffMs", "soon"),
         ("replicationRateByBytes", "-2"),
         ("replicationNewestFirst", "maybe"),
+        ("replicationMetadataOpsPerSecond", "-5"),
     ],
 )
 def test_bad_values_are_usage_errors(key: str, value: str) -> None:
@@ -58,3 +69,8 @@ def test_recovery_password_and_digest_for_ledgers_storing_none() -> None:
         daemon_config({"bookieRecoveryDigestType": "SHA256"})
     with pytest.raises(UsageError, match="bookieRecoveryPasswd"):
         daemon_config({"bookieRecoveryPasswd": "x" * 10_000})
+
+
+def test_every_key_read_is_known_to_the_unused_keys_warning() -> None:
+    read = set(re.findall(r'"([a-z][A-Za-z]+)"', inspect.getsource(daemon_config)))
+    assert read - {"false"} <= set(DAEMON_KEYS)

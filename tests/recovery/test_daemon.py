@@ -16,7 +16,7 @@ from twisted.internet import defer, reactor
 from bkctl.metadata.layout import Layout
 from bkctl.recovery.auditor import AuditorConfig
 from bkctl.recovery.daemon import AutorecoveryDaemon
-from bkctl.recovery.worker import RepairOutcome, WorkerConfig
+from bkctl.recovery.worker import RepairOutcome, ReplicationWorker, WorkerConfig
 from tests.client.cluster import bounded, sleep
 from tests.conftest import StoreTarget
 from tests.recovery.test_audit import A, B, C, D, _ledger
@@ -46,7 +46,9 @@ class Recorder:
         self.times: dict[int, list[float]] = {}  # ledger -> when each repair began (monotonic)
         self.fenced: list[int] = []
 
-    def repair(self, ledger_id: int, missing: tuple[str, ...]) -> defer.Deferred[RepairOutcome]:
+    def repair(
+        self, ledger_id: int, missing: tuple[str, ...], known: object = None
+    ) -> defer.Deferred[RepairOutcome]:
         self.repairs.append(ledger_id)
         self.times.setdefault(ledger_id, []).append(time.monotonic())
         outcomes = self.script.get(ledger_id, [RepairOutcome(replicated=True, entries_copied=10)])
@@ -196,3 +198,50 @@ async def test_daemon_rides_through_a_session_expiry(store_target: StoreTarget) 
         await until(lambda: daemon.worker.stats.ledgers_replicated == 1)
     finally:
         await bounded(daemon.stop())
+
+
+class Holding:
+    """Repairs that end only when released: the places a worker fills stay filled."""
+
+    def __init__(self) -> None:
+        self.waiting: list[tuple[int, object, defer.Deferred[RepairOutcome]]] = []
+
+    def repair(
+        self, ledger_id: int, missing: tuple[str, ...], known: object = None
+    ) -> defer.Deferred[RepairOutcome]:
+        done: defer.Deferred[RepairOutcome] = defer.Deferred()
+        self.waiting.append((ledger_id, known, done))
+        return done
+
+    def fence(self, ledger_id: int) -> defer.Deferred[None]:
+        return defer.succeed(None)
+
+    def release(self) -> None:
+        waiting, self.waiting = self.waiting, []
+        for _, _, done in waiting:
+            done.callback(RepairOutcome(replicated=True))
+
+
+@twisted_test
+async def test_a_take_fills_every_free_place_and_hands_each_repair_its_ledger(
+    store_target: StoreTarget,
+) -> None:
+    layout = await in_thread(cluster, store_target)
+    ids = [await in_thread(_ledger, layout, (A, B, C)) for _ in range(12)]
+    await in_thread(lambda: layout.mark_many_underreplicated([(i, [C]) for i in ids]))
+    holding = Holding()
+    config = WorkerConfig(parallel=8, poll_interval_s=0.1)
+    worker = ReplicationWorker(Layout(store_target.open()), reactor, holding, "w", config)
+    worker.start()
+    try:
+        await until(lambda: worker.scans >= 1 and len(holding.waiting) == 8, "8 places filled")
+        assert worker.scans == 1 and len(worker.stats.copying) == 8  # by one take
+        assert all(known is not None and known.value.segments[0].ensemble == (A, B, C)  # type: ignore[attr-defined]
+                   for _, known, _ in holding.waiting)  # fmt: skip
+        holding.release()
+        await until(lambda: len(holding.waiting) == 4, "the other 4 taken")
+        holding.release()
+        await until(lambda: worker.stats.ledgers_replicated == 12)
+        assert await in_thread(lambda: list(layout.underreplicated_ids())) == []
+    finally:
+        await bounded(worker.stop())
