@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
-from bkctl.errors import ProtocolError, UsageError
+from bkctl.errors import ConflictError, ProtocolError, UsageError
 from bkctl.files.entrylog import entry_log_records, ledger_sizes, open_entry_log
 from bkctl.files.journal import journal_records, open_journal
 from bkctl.protocol import db_format as dbf
@@ -46,6 +46,7 @@ log = logging.getLogger("bkctl.bookie")
 REBUILDING_SUFFIX: Final = ".rebuilding"
 _LEDGER_RECORDS: Final = (jf.RecordKind.DATA, jf.RecordKind.FENCE, jf.RecordKind.EXPLICIT_LAC)
 BATCH_KEYS: Final = 100_000  # keys per (unsynced) write batch
+BACKUPS_PER_SECOND_MAX: Final = 100  # local bound: backups of one db made within one second
 
 
 @dataclass
@@ -139,8 +140,7 @@ def _finish_swap(current: Path, name: str) -> str | None:
     old, target = current / name, current / (name + REBUILDING_SUFFIX)
     backup = None
     if old.exists():
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
-        backup = current / f"{name}.BACKUP-{stamp}"
+        backup = _backup_name(current, name)
         os.rename(old, backup)
         fault_point("db-rebuild-swapping")  # the old db moved away, the new one not yet in its place
     if target.exists():
@@ -149,6 +149,18 @@ def _finish_swap(current: Path, name: str) -> str | None:
     (current / (name + REBUILT_SUFFIX)).unlink()
     fsync_directory(current)
     return str(backup) if backup is not None else None
+
+
+def _backup_name(current: Path, name: str) -> Path:
+    """`<name>.BACKUP-<time>`, with `.N` added when a backup of that second is there (a rerun after a
+    kill within the same second): a rename onto it would fail, or replace a backup."""
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+    backup = current / f"{name}.BACKUP-{stamp}"
+    for n in range(1, BACKUPS_PER_SECOND_MAX):
+        if not backup.exists():
+            return backup
+        backup = current / f"{name}.BACKUP-{stamp}.{n}"
+    raise ConflictError(f"{current}: {BACKUPS_PER_SECOND_MAX} backups of {name} this second; remove old ones")
 
 
 def interrupted_swaps(current: Path) -> list[str]:

@@ -156,3 +156,15 @@ async def test_bookie_check_reads_each_dirs_dbs_against_its_own_logs(tmp_path: P
     code, out, _, _ = invoke(*args, "-o", "json")
     problems = json.loads(out)["problems"]
     assert code == 3 and [(p["problem"], p["ledger_id"], p["entry_id"]) for p in problems] == [("slot", 1, 0)]
+
+
+def test_a_backup_never_lands_on_another_of_the_same_second(tmp_path: Path) -> None:
+    """A rebuild killed after one swap and rerun within the same second: the second backup gets `.1`."""
+    from bkctl.server.db_rebuild import _backup_name
+
+    first = _backup_name(tmp_path, dbf.LEDGERS_DB)
+    first.mkdir()
+    (first / "CURRENT").write_bytes(b"")
+    second = _backup_name(tmp_path, dbf.LEDGERS_DB)
+    assert second != first and not second.exists()
+    assert second.name.startswith(f"{dbf.LEDGERS_DB}.BACKUP-")
