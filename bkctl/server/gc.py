@@ -49,6 +49,7 @@ from bkctl.errors import NotFoundError
 from bkctl.files.entrylog import ledger_sizes, open_entry_log
 from bkctl.metadata.layout import Layout
 from bkctl.protocol import entrylog_format as ef
+from bkctl.protocol.op_stats import OpStat
 from bkctl.server.faults import fault_point
 from bkctl.server.fileio import remove_gradually, write_durably
 from bkctl.server.gc_overreplicated import OverReplication
@@ -117,6 +118,7 @@ class GcMetrics:
     minor_compactions: int = 0
     seconds_total: float = 0.0
     last_seconds: float = 0.0
+    runtime: OpStat = field(default_factory=OpStat)  # Java's THREAD_RUNTIME: each run's ms, with quantiles
     live_fraction: dict[str, float] = field(default_factory=dict)  # per ledger dir, at the last run
     unindexed_kept: int = 0  # ledgers with records in entry logs, no index, still in the metadata (last run)
 
@@ -323,6 +325,7 @@ class GarbageCollector:
             self.metrics.runs += 1
             self.metrics.seconds_total += seconds
             self.metrics.last_seconds = seconds
+            self.metrics.runtime.observe(not report["errors"], seconds * 1000)
             self.last_run = report
             self.last_error = "; ".join(report["errors"]) or None
             if self._on_run_done is not None:

@@ -141,6 +141,7 @@ class GcGroup:
                 setattr(total, name, getattr(total, name) + getattr(member.metrics, name))
             total.live_fraction.update(member.metrics.live_fraction)
         total.runs = max(member.metrics.runs for member in self.members)  # a group run is one run
+        total.runtime = self.members[0].metrics.runtime  # the dirs' runs go together: the first's times
         return total
 
     def details(self) -> dict[str, Any]:

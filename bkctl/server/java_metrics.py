@@ -5,8 +5,8 @@ Java bookies work.
 
 Timed (protocol/op_stats.py, quantiles of the last 60 s window or `prometheusStatsLatencyRolloverSeconds`):
 adds from journal append to durable (every entry of a journal batch at the batch's oldest wait, an upper
-bound), plain reads, fdatasyncs and entries per fdatasync. A summary bkctl only counts has NaN quantiles
-(Java's value for a window without data) and a NaN `_sum`.
+bound), plain reads, fdatasyncs and entries per fdatasync, GC runs. A summary bkctl only counts has NaN
+quantiles (Java's value for a window without data) and a NaN `_sum`.
 tests/data/java_metrics.txt lists Java's names and types (scripts/java-metric-names); bkctl's own metrics
 are prefixed `bkctl_` (server/http.py). docs/bookie.md maps each to what it counts.
 """
@@ -106,4 +106,4 @@ def _gc_lines(gc: Collector) -> Iterator[str]:
     yield from metric(
         "bookie_gc_RECLAIMED_COMPACTION_SPACE_BYTES", "counter", "Bytes freed by compaction.", by_compaction
     )
-    yield from summary("bookie_gc_THREAD_RUNTIME", "GC runs (sum: ms).", m.runs, m.seconds_total * 1000)
+    yield from op_stat_lines("bookie_gc_THREAD_RUNTIME", "GC runs (ms).", m.runtime)
