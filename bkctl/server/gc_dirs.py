@@ -21,7 +21,9 @@ from bkctl.server.gc import GarbageCollector, GcMetrics, GcReport, GcSettings
 from bkctl.server.ledger_dirs import dir_of
 from bkctl.server.storage import Storage
 
-_SUMMED_METRICS = tuple(f.name for f in dataclasses.fields(GcMetrics) if f.name != "live_fraction")
+_SUMMED_METRICS = tuple(
+    f.name for f in dataclasses.fields(GcMetrics) if f.name not in ("live_fraction", "runtime")
+)
 
 
 class DirStorage:
