@@ -168,7 +168,7 @@ def _bookies(
     return procs
 
 
-def test_1_rack_list_shows_pulsars_map(racked: Racked) -> None:
+def step_1_rack_list_shows_pulsars_map(racked: Racked) -> None:
     code, out, err = racked.run("bookie", "rack", "list", "-o", "json")
     assert code == 0, err
     rows = json.loads(out)
@@ -176,7 +176,7 @@ def test_1_rack_list_shows_pulsars_map(racked: Racked) -> None:
     assert {r["state"] for r in rows} == {"rw"}
 
 
-def test_2_new_ledgers_span_the_racks(racked: Racked) -> None:
+def step_2_new_ledgers_span_the_racks(racked: Racked) -> None:
     shapes = [["-E", "3", "-Qw", "2", "-Qa", "2"]] * 4 + [["-E", "3", "-Qw", "3", "-Qa", "2"]] * 2
     writes = bkctl_all(
         [
@@ -193,7 +193,7 @@ def test_2_new_ledgers_span_the_racks(racked: Racked) -> None:
         racked.assert_within_policy(ledger)
 
 
-def test_3_a_target_breaking_the_policy_is_refused_unless_forced(racked: Racked) -> None:
+def step_3_a_target_breaking_the_policy_is_refused_unless_forced(racked: Racked) -> None:
     victim = racked.ensembles(racked.ledgers[0])[0][0]
     racked.kill(victim)
     ensemble = racked.ensembles(racked.ledgers[0])[0]
@@ -209,7 +209,7 @@ def test_3_a_target_breaking_the_policy_is_refused_unless_forced(racked: Racked)
     assert json.loads(out)["plan"][0]["new_ensemble"][0] == wrong
 
 
-def test_4_recovery_without_target_stays_within_the_policy(racked: Racked) -> None:
+def step_4_recovery_without_target_stays_within_the_policy(racked: Racked) -> None:
     code, out, err = racked.run(
         "recover", racked.uri, racked.dead[0], "--conf", str(racked.conf), "-o", "json"
     )
@@ -221,7 +221,7 @@ def test_4_recovery_without_target_stays_within_the_policy(racked: Racked) -> No
     racked.assert_whole()
 
 
-def test_5_a_rack_down_restores_the_copies_loudly(racked: Racked) -> None:
+def step_5_a_rack_down_restores_the_copies_loudly(racked: Racked) -> None:
     rack = racked.racks[racked.dead[0]]
     mate = next(b for b, r in racked.racks.items() if r == rack and b != racked.dead[0])
     had = {ledger for ledger in racked.ledgers if mate in str(racked.ensembles(ledger))}
@@ -237,7 +237,7 @@ def test_5_a_rack_down_restores_the_copies_loudly(racked: Racked) -> None:
     racked.assert_whole()
 
 
-def test_6_ledger_check_names_the_misplaced_segment(racked: Racked) -> None:
+def step_6_ledger_check_names_the_misplaced_segment(racked: Racked) -> None:
     wide = next(ledger for ledger in racked.ledgers if racked.quorum(ledger) == 3)
     code, out, err = racked.run("ledger", "check", str(wide), "--conf", str(racked.conf), "-o", "json")
     assert code == ExitCode.PROBLEMS_FOUND, err
@@ -254,7 +254,7 @@ def test_6_ledger_check_names_the_misplaced_segment(racked: Racked) -> None:
     assert f"placement: {len(racked.misplaced)} of 6 closed ledger(s) break the policy" in err
 
 
-def test_7_the_rack_back_the_placement_check_moves_them(racked: Racked) -> None:
+def step_7_the_rack_back_the_placement_check_moves_them(racked: Racked) -> None:
     # the lost rack "comes back": a live bookie is put there (the rack map's watch sees it)
     lost_rack = racked.racks[racked.dead[0]]
     moved = sorted(b for b in racked.racks if racked.racks[b] != lost_rack and b not in racked.dead)[0]
@@ -288,7 +288,7 @@ def _two_racks_conf(racked: Racked, name: str) -> Path:
     return conf
 
 
-def test_8_decommission_keeps_the_write_sets_across_the_racks(racked: Racked) -> None:
+def step_8_decommission_keeps_the_write_sets_across_the_racks(racked: Racked) -> None:
     # 3 racks of 2, 1 and 1 live bookies: one more makes 2, 2 and 1
     count = racked.live_per_rack()
     single = sorted(rack for rack, n in count.items() if n == 1)
@@ -305,7 +305,7 @@ def test_8_decommission_keeps_the_write_sets_across_the_racks(racked: Racked) ->
     racked.assert_whole()
 
 
-def test_9_a_bookies_own_autorecovery_heals_within_the_policy(racked: Racked) -> None:
+def step_9_a_bookies_own_autorecovery_heals_within_the_policy(racked: Racked) -> None:
     conf = _two_racks_conf(racked, "two_racks_server.conf")
     # live bookies in racks of 2, 1 and 1: the healer (its policy keys in its bk_server.conf) makes 2, 2, 1
     count = racked.live_per_rack()
@@ -319,3 +319,24 @@ def test_9_a_bookies_own_autorecovery_heals_within_the_policy(racked: Racked) ->
     racked.kill(victim)
     until(lambda: racked.all_within(2, victim), f"{victim} healed within the policy", timeout_s=HEAL_S)
     racked.assert_whole()
+
+
+STEPS = (
+    step_1_rack_list_shows_pulsars_map,
+    step_2_new_ledgers_span_the_racks,
+    step_3_a_target_breaking_the_policy_is_refused_unless_forced,
+    step_4_recovery_without_target_stays_within_the_policy,
+    step_5_a_rack_down_restores_the_copies_loudly,
+    step_6_ledger_check_names_the_misplaced_segment,
+    step_7_the_rack_back_the_placement_check_moves_them,
+    step_8_decommission_keeps_the_write_sets_across_the_racks,
+    step_9_a_bookies_own_autorecovery_heals_within_the_policy,
+)
+
+
+def test_the_steps_in_order_on_one_cluster(racked: Racked) -> None:
+    """The steps build on each other on one cluster (a rack down, then back, then a decommission), so they
+    are one test: pytest-xdist may hand a module's tests to two workers, and a step alone would meet a
+    cluster its predecessors never touched."""
+    for step in STEPS:
+        step(racked)

@@ -67,7 +67,7 @@ def dead(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dead]:
         assert sandbox.stop(signal.SIGINT) == 0
 
 
-def test_1_recover_refuses_a_registered_bookie(dead: Dead) -> None:
+def step_1_recover_refuses_a_registered_bookie(dead: Dead, _: Path) -> None:
     # Its session outlives it for a while: the bookie still looks alive, and recover says so.
     code, out, err = dead.run("recover", dead.uri, dead.bookie, "-o", "json")
     if code == ExitCode.CONFLICT:
@@ -75,7 +75,7 @@ def test_1_recover_refuses_a_registered_bookie(dead: Dead) -> None:
     until(lambda: dead.bookie not in dead.run("bookie", "list", "-o", "plain")[1], "its session expired")
 
 
-def test_2_dry_run_prints_the_plan_and_changes_nothing(dead: Dead, tmp_path: Path) -> None:
+def step_2_dry_run_prints_the_plan_and_changes_nothing(dead: Dead, tmp_path: Path) -> None:
     before = [dead.run("ledger", "inspect", str(i), "-o", "json")[1] for i in dead.ledgers.values()]
     plan_file = tmp_path / "plan.json"
     code, out, err = dead.run(
@@ -93,7 +93,7 @@ def test_2_dry_run_prints_the_plan_and_changes_nothing(dead: Dead, tmp_path: Pat
     assert before == after
 
 
-def test_2b_progress_on_a_terminals_stderr_and_the_same_report(dead: Dead) -> None:
+def step_2b_progress_on_a_terminals_stderr_and_the_same_report(dead: Dead, _: Path) -> None:
     """A bar on stderr when it is a terminal; stdout the same report as with stderr piped."""
     from tests.test_output_terminal import BAR, run
 
@@ -111,7 +111,7 @@ def test_2b_progress_on_a_terminals_stderr_and_the_same_report(dead: Dead) -> No
     assert same[0] == same[1]
 
 
-def test_2c_bad_input_is_refused_before_any_work(dead: Dead, tmp_path: Path) -> None:
+def step_2c_bad_input_is_refused_before_any_work(dead: Dead, tmp_path: Path) -> None:
     """A plan file that cannot be written, a ledger or target that does not exist, a missing argument,
     a negative id: one line, exit 2 (4 for the ledger), nothing recovered."""
     before = [dead.run("ledger", "inspect", str(i), "-o", "json")[1] for i in dead.ledgers.values()]
@@ -139,7 +139,7 @@ def test_2c_bad_input_is_refused_before_any_work(dead: Dead, tmp_path: Path) -> 
     assert before == after
 
 
-def test_3_recover_then_every_replica_is_there(dead: Dead, tmp_path: Path) -> None:
+def step_3_recover_then_every_replica_is_there(dead: Dead, tmp_path: Path) -> None:
     # Another recover of the bookie holds its lock: refused at once (exit 15, the holder named)...
     with open_store(dead.uri) as store:
         recover_lock.take(Layout(store), [dead.bookie])
@@ -183,14 +183,14 @@ def test_3_recover_then_every_replica_is_there(dead: Dead, tmp_path: Path) -> No
     assert code == 0 and json.loads(out)["entries_copied"] == 0
 
 
-def test_4_ledger_check_finds_the_lost_replica(dead: Dead) -> None:
+def step_4_ledger_check_finds_the_lost_replica(dead: Dead, _: Path) -> None:
     code, out, _ = dead.run("ledger", "check", str(dead.ledgers["single_copy"]), "-o", "json")
     assert code == ExitCode.PROBLEMS_FOUND
     states = {f["bookie"]: f["state"] for f in json.loads(out)["fragments"]}
     assert states[dead.bookie] == "bookie_down"
 
 
-def test_5_decommission_names_an_unrecoverable_ledger_at_once(dead: Dead) -> None:
+def step_5_decommission_names_an_unrecoverable_ledger_at_once(dead: Dead, _: Path) -> None:
     # The Qw=1 ledger's entries on the dead bookie are gone: no wait for what cannot change, exit 3.
     single = dead.ledgers["single_copy"]
     code, out, err = dead.run("bookie", "decommission", dead.bookie, "-o", "json")
@@ -201,7 +201,7 @@ def test_5_decommission_names_an_unrecoverable_ledger_at_once(dead: Dead) -> Non
     assert dead.bookie in dead.run("bookie", "list", "--all", "-o", "plain")[1]
 
 
-def test_6_decommission_waits_for_the_last_reference(dead: Dead) -> None:
+def step_6_decommission_waits_for_the_last_reference(dead: Dead, _: Path) -> None:
     # Drop the unrecoverable ledger (its data is gone), then retire the bookie: cookie deleted.
     assert dead.run("ledger", "delete", str(dead.ledgers["single_copy"]), "--yes")[0] == 0
     code, _, err = dead.run("bookie", "decommission", dead.bookie, "-o", "json")
@@ -210,7 +210,30 @@ def test_6_decommission_waits_for_the_last_reference(dead: Dead) -> None:
     assert dead.bookie not in dead.run("bookie", "list", "--all", "-o", "plain")[1]
 
 
-def test_7_unknown_bookie_is_not_found(dead: Dead) -> None:
+def step_7_unknown_bookie_is_not_found(dead: Dead, _: Path) -> None:
     code, out, err = dead.run("recover", dead.uri, "10.9.9.9:3181", "-o", "json")
     assert code == ExitCode.NOT_FOUND and out == ""
     assert "no cookie and no ledger names bookie 10.9.9.9:3181: nothing to recover" in err
+
+
+STEPS = (
+    step_1_recover_refuses_a_registered_bookie,
+    step_2_dry_run_prints_the_plan_and_changes_nothing,
+    step_2b_progress_on_a_terminals_stderr_and_the_same_report,
+    step_2c_bad_input_is_refused_before_any_work,
+    step_3_recover_then_every_replica_is_there,
+    step_4_ledger_check_finds_the_lost_replica,
+    step_5_decommission_names_an_unrecoverable_ledger_at_once,
+    step_6_decommission_waits_for_the_last_reference,
+    step_7_unknown_bookie_is_not_found,
+)
+
+
+def test_the_steps_in_order_on_one_cluster(dead: Dead, tmp_path: Path) -> None:
+    """The steps build on each other (recover, then check, then decommission) on one cluster, so they are
+    one test: pytest-xdist may hand a module's tests to two workers, and a step alone would meet a
+    cluster its predecessors never touched."""
+    for step in STEPS:
+        own = tmp_path / step.__name__
+        own.mkdir()
+        step(dead, own)
