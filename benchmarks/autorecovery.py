@@ -15,6 +15,11 @@ the same ledgers written by bkctl's client.
     python benchmarks/autorecovery.py --metadata zk --entry-size 1024 --ledgers 2000 --entries 30
     python benchmarks/autorecovery.py --metadata zk --entry-size 1024 --ledgers 2000 --entries 30 --stack java
     python benchmarks/autorecovery.py --metadata zk --entry-size 65536 --ledgers 40 --entries 100 --rate 5M
+    python benchmarks/autorecovery.py --metadata zk --entry-size 1024 --ledgers 10000 --entries 20 \
+        --bookies 4 --stack java --limit 600    # gives up 600 s after the kill: the rate reached
+
+`--limit S` stops waiting S seconds after the kill (default 900); the run then reports the ledgers
+still naming the dead bookie, and the rate over those healed.
 """
 
 from __future__ import annotations
@@ -138,7 +143,9 @@ class JavaStack:
             child.stop()
 
 
-def run(shape: Shape, stack_name: str = "bkctl", rate: int | None = None) -> dict[str, Any]:
+def run(
+    shape: Shape, stack_name: str = "bkctl", rate: int | None = None, limit_s: float = LIMIT_S
+) -> dict[str, Any]:
     with (
         tempfile.TemporaryDirectory(dir="/tmp", prefix="bkctl-autorecovery-") as tmp,
         metadata_uri(shape.metadata, Path(tmp)) as (uri, zk),
@@ -146,7 +153,7 @@ def run(shape: Shape, stack_name: str = "bkctl", rate: int | None = None) -> dic
         root = Path(tmp)
         stack = (JavaStack if stack_name == "java" else BkctlStack)(root, uri, shape.bookies)
         try:
-            write_ledgers(uri, shape)
+            written = write_ledgers(uri, shape)
             stack.add_spare()
             with open_store(uri) as store:
                 if rate is not None:  # `bkctl autorecovery set-rate`: the daemons' budget together
@@ -154,11 +161,12 @@ def run(shape: Shape, stack_name: str = "bkctl", rate: int | None = None) -> dic
                 observer = Observer(Layout(store), zk)
                 to_heal = naming(observer.layout, stack.ids[0])
                 pids, zk_pids = stack.pids(), [zk.pid] if zk is not None and zk.pid else []
-                cpu_at_kill = [sum(cpu_s(pid) for pid in group) for group in (pids, zk_pids)]
+                each_at_kill = [cpu_s(pid) for pid in pids]
+                cpu_at_kill = [sum(each_at_kill), sum(cpu_s(pid) for pid in zk_pids)]
                 killed, requests_at_kill = time.monotonic(), zk_requests(zk)
                 stack.kill_first()
                 first_mark = requests_at_mark = None
-                while time.monotonic() - killed < LIMIT_S:
+                while time.monotonic() - killed < limit_s:
                     if observer.marked():
                         if first_mark is None:
                             first_mark, requests_at_mark = time.monotonic(), zk_requests(zk)
@@ -167,15 +175,18 @@ def run(shape: Shape, stack_name: str = "bkctl", rate: int | None = None) -> dic
                         break
                     time.sleep(POLL_S)
                 healed, requests = time.monotonic(), zk_requests(zk) - requests_at_kill - observer.requests
+                each = [cpu_s(pid) - at for pid, at in zip(pids, each_at_kill, strict=True)]
                 cpu = [
                     sum(cpu_s(pid) for pid in g) - at
                     for g, at in zip((pids, zk_pids), cpu_at_kill, strict=True)
                 ]
                 after_mark = zk_requests(zk) - observer.requests - (requests_at_mark or 0)
+                left = naming(observer.layout, stack.ids[0])  # 0 unless the limit came first
             copied = stack.copied()
         finally:
             stack.stop()
     mark_to_healed = healed - (first_mark or healed)
+    done = to_heal - left
     return {
         "stack": stack_name,
         "metadata": shape.metadata,
@@ -184,17 +195,20 @@ def run(shape: Shape, stack_name: str = "bkctl", rate: int | None = None) -> dic
         "entries_per_ledger": shape.entries,
         "bookies": shape.bookies,
         "ledgers_to_heal": to_heal,
+        "ledgers_left": left,
+        "write_s": written.get("seconds"),
         "mb_copied": None if copied is None else round(copied, 1),
         "kill_to_healed_s": round(healed - killed, 2),
         "mark_to_healed_s": round(mark_to_healed, 2),
-        "ledgers_per_s_after_mark": round(to_heal / mark_to_healed, 1) if mark_to_healed > 0 else None,
+        "ledgers_per_s_after_mark": round(done / mark_to_healed, 1) if mark_to_healed > 0 else None,
         "rate_set_mb_s": None if rate is None else rate / 1e6,
         "mb_per_s_after_mark": round(copied / mark_to_healed, 2) if copied and mark_to_healed > 0 else None,
         # CPU seconds from the kill to healed: the surviving bookies with their daemons, and ZooKeeper
         "bookies_cpu_s": round(cpu[0], 1),
         "zk_cpu_s": round(cpu[1], 1) if zk else None,
-        "zk_requests_per_ledger": round(requests / max(1, to_heal), 1) if zk else None,
-        "zk_requests_per_ledger_after_mark": round(after_mark / max(1, to_heal), 1) if zk else None,
+        "cpu_s_each": [round(c, 1) for c in each],  # the surviving bookies in order, the spare last
+        "zk_requests_per_ledger": round(requests / max(1, done), 1) if zk else None,
+        "zk_requests_per_ledger_after_mark": round(after_mark / max(1, done), 1) if zk else None,
     }
 
 
@@ -205,9 +219,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(add_help=False)
     parser.add_argument("--stack", choices=("bkctl", "java"), default="bkctl")
     parser.add_argument("--rate", help="the cluster's copy budget (autorecovery set-rate), e.g. 5M")
+    parser.add_argument("--limit", type=float, default=LIMIT_S, help="seconds from the kill to give up")
     known, sys.argv[1:] = parser.parse_known_args()
     rate = None if known.rate is None else parse_rate(known.rate)
-    main_of(lambda shape: run(shape, known.stack, rate), __doc__ or "")
+    main_of(lambda shape: run(shape, known.stack, rate, known.limit), __doc__ or "")
 
 
 if __name__ == "__main__":

@@ -60,19 +60,22 @@ class Shape:
     metadata: str = "sqlite"  # or "zk"
 
 
-def write_ledgers(uri: str, shape: Shape) -> None:
+def write_ledgers(uri: str, shape: Shape) -> dict[str, Any]:
+    """Writes the shape's ledgers; ledger_fill.py's report (with its seconds) when it wrote them."""
     if shape.entries is not None:
         fill = [sys.executable, str(REPO / "benchmarks" / "ledger_fill.py"), uri]
         sizes = ["--ledgers", str(shape.ledgers), "--entries", str(shape.entries)]
         sizes += ["--entry-size", str(shape.entry_size)]
         done = subprocess.run([*fill, *sizes], capture_output=True, text=True, check=False)
         assert done.returncode == 0, done.stderr[-2000:]
-        return
+        report: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+        return report
     entries = max(1, int(shape.total_mb * 1e6 / shape.entry_size / shape.ledgers))
     for _ in range(shape.ledgers):
         size = str(shape.entry_size)
         done = bkctl(uri, "ledger", "write", "--entries", str(entries), "--size", size, "-o", "json")
         assert done.returncode == 0, done.stderr
+    return {}
 
 
 START_S = 180.0  # a bookie starting on a machine at load 40 (sandbox_procs' 30 s is short)
@@ -118,7 +121,7 @@ def zk_requests(server: ZooKeeperServer | None) -> int:
 
 def run(shape: Shape, parallel: int = 4) -> dict[str, Any]:
     with (
-        tempfile.TemporaryDirectory(dir=REPO / "benchmarks") as tmp,
+        tempfile.TemporaryDirectory(dir="/tmp", prefix="bkctl-recover-") as tmp,
         metadata_uri(shape.metadata, Path(tmp)) as (uri, zk),
     ):
         root = Path(tmp)
@@ -126,7 +129,7 @@ def run(shape: Shape, parallel: int = 4) -> dict[str, Any]:
             Layout(store).init_cluster()
         children, ids = start_bookies(root, uri, shape.bookies)
         try:
-            write_ledgers(uri, shape)
+            written = write_ledgers(uri, shape)
             spare = BookieChild(root / "bookie-spare", 0, uri)
             children.append(spare)
             spare.wait_serving(time.monotonic() + START_S)
@@ -157,6 +160,7 @@ def run(shape: Shape, parallel: int = 4) -> dict[str, Any]:
         "entry_size": shape.entry_size,
         "ledgers": shape.ledgers,
         "bookies": shape.bookies,
+        "write_s": written.get("seconds"),
         "entries_copied": report["entries_copied"],
         "mb_copied": round(copied / 1e6, 1),
         "seconds": round(seconds, 2),
