@@ -291,17 +291,17 @@ class UnderreplicationLayout(LayoutBase):
             descent.levels.put(path, names)
             if not names and depth:
                 self._prune_empty(path)  # its last mark's worker left it (`mark_replicated(prune=False)`)
-        names = sorted(names, reverse=True) if descent.newest_first else list(names)
-        if not descent.newest_first:
-            descent.rng.shuffle(names)
+        ordered = (
+            sorted(names, reverse=True) if descent.newest_first else _from_random_start(names, descent.rng)
+        )
         if depth == 3:
             descent.seen += len(names)
             if names and not descent.locks_listed:  # once per take, and only when there are marks
                 descent.skip |= self._locked_ids()
                 descent.locks_listed = True
-            self._take_from_level(prefix, names, descent, holder)
+            self._take_from_level(prefix, ordered, descent, holder)
             return
-        for name in names:
+        for name in ordered:
             if len(descent.taken) >= descent.count:
                 return
             self._descend(f"{path}/{name}", depth + 1, (prefix << 16) | int(name, 16), descent, holder)
@@ -470,3 +470,12 @@ class UpperLevels:
     def put(self, path: str, names: list[str]) -> None:
         if self.ttl_s > 0:
             self._listings[path] = (time.monotonic(), names)
+
+
+def _from_random_start(names: list[str], rng: random.Random) -> list[str]:
+    """`names` from a random place round to it again: workers start apart, as with a shuffle, for the
+    cost of one copy; a shuffle of a last level's 65,536 kept names was most of a take's CPU."""
+    if not names:
+        return names
+    start = rng.randrange(len(names))
+    return names[start:] + names[:start]
