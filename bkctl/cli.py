@@ -9,6 +9,7 @@ not know, build them all (the error then suggests the right one).
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import os
@@ -247,19 +248,20 @@ def _command_named(argv: list[str] | None) -> str | None:
     return None
 
 
-def _root_value_options() -> set[str]:
+@functools.cache
+def _root_value_options() -> frozenset[str]:
     """The root's options that take a value (`--metadata X`), as click parses them."""
     root = typer.Typer()
     root.callback()(_root)
     group = typer.main.get_command(root)
-    return {
+    return frozenset(
         name
         for param in group.params
         if param.param_type_name == "option"
         and not getattr(param, "is_flag", True)
         and not getattr(param, "count", 0)
         for name in param.opts
-    }
+    )
 
 
 CHOICE_ERROR = re.compile(r"^(?:Value error, )?'(.*)' is not one of (.*?)\.?$")

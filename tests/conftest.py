@@ -102,11 +102,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.fixture(scope="session")
 def zookeeper() -> Iterator[ZooKeeperServer]:
     """Debian's ZooKeeper 3.8 on a free 127.0.0.1 port (tickTime 200 ms). Fails, never skips."""
-    server = ZooKeeperServer()
+    yield from serving(ZooKeeperServer(), "the test ZooKeeper")
+
+
+def serving(server: ZooKeeperServer, what: str) -> Iterator[ZooKeeperServer]:
+    """A session fixture's body: `server` started (a failure fails the test, never skips it), then stopped."""
     try:
         server.start()
     except UnavailableError as exc:
-        pytest.fail(f"the test ZooKeeper did not start: {exc}")
+        pytest.fail(f"{what} did not start: {exc}")
     yield server
     server.stop()
 

@@ -16,6 +16,7 @@ from bkctl.errors import UnavailableError
 from bkctl.kerberos import canonical_host_name, java_host_name
 from bkctl.metadata.kdc import Kdc
 from bkctl.metadata.zk_server import ServerKerberos, ZooKeeperServer
+from tests.conftest import serving
 
 # The ZooKeeper accounts; bkctl authenticates as ZK_USER (the JAAS Client section).
 ZK_USER, ZK_PASSWORD = "bookkeeper", "zk-secret"
@@ -44,13 +45,7 @@ def secure_conf(tmp_path: Path, **keys: str) -> Path:
 @pytest.fixture(scope="session")
 def zookeeper_sasl() -> Iterator[ZooKeeperServer]:
     """Debian's ZooKeeper with SASLAuthenticationProvider and DIGEST-MD5 accounts. Fails, never skips."""
-    server = ZooKeeperServer(sasl_users=SASL_USERS)
-    try:
-        server.start()
-    except UnavailableError as exc:
-        pytest.fail(f"the SASL ZooKeeper did not start: {exc}")
-    yield server
-    server.stop()
+    yield from serving(ZooKeeperServer(sasl_users=SASL_USERS), "the SASL ZooKeeper")
 
 
 # --- Kerberos: one KDC per test session, shared by every Kerberos test -------------------------------
@@ -115,10 +110,4 @@ def zookeeper_kerberos(realm: Realm) -> Iterator[ZooKeeperServer]:
     kerberos = ServerKerberos(
         realm.principal(KRB_ZOOKEEPER), realm.keytabs[KRB_ZOOKEEPER], realm.kdc.krb5_conf
     )
-    server = ZooKeeperServer(kerberos=kerberos)
-    try:
-        server.start()
-    except UnavailableError as exc:
-        pytest.fail(f"the Kerberos ZooKeeper did not start: {exc}")
-    yield server
-    server.stop()
+    yield from serving(ZooKeeperServer(kerberos=kerberos), "the Kerberos ZooKeeper")
