@@ -15,8 +15,8 @@ import typer
 from bkctl import limits
 from bkctl.commands.options import MetadataOption, Problems, open_layout
 from bkctl.commands.output import OutputOption, message, resolve, write_mapping
-from bkctl.commands.running import run_until_stopped
-from bkctl.errors import BkctlError, NotFoundError, UsageError
+from bkctl.commands.running import StartOutcome, run_until_stopped
+from bkctl.errors import NotFoundError, UsageError
 from bkctl.metadata.autorecovery import RATE_UNLIMITED
 
 app = typer.Typer(
@@ -268,7 +268,7 @@ def run_daemon(
     tls = client_settings(properties)  # the conf's TLS keys, as Java's AutoRecoveryMain; else --tls
     for name in ("bkctl.recovery", "bkctl.http"):
         logging.getLogger(name).setLevel(logging.INFO)  # a daemon says what it does, and who asked
-    failure: list[BaseException] = []
+    outcome = StartOutcome(reactor)
     with open_layout(uri, daemon=True) as layout:
         policy = placement_from_properties(properties, layout.store)
         daemon = autorecovery_daemon(
@@ -278,10 +278,6 @@ def run_daemon(
         )  # fmt: skip
 
         recoveries: list[Any] = []  # the admin endpoints' ledger client, with --http-port
-
-        def failed(reason: Any) -> None:
-            failure.append(reason.value)
-            reactor.stop()
 
         def started(_: object) -> None:
             where = ""
@@ -308,9 +304,8 @@ def run_daemon(
             stopped.addBoth(lambda _: recoveries[0].close() if recoveries else None)
             return stopped.addBoth(lambda _: threads.deferToThread(layout.store.close))
 
-        reactor.callWhenRunning(lambda: daemon.start().addCallbacks(started, failed))
+        reactor.callWhenRunning(lambda: daemon.start().addCallbacks(started, outcome.failed))
         reactor.addSystemEventTrigger("before", "shutdown", stop)
         run_until_stopped(reactor)
-    if failure:
-        raise failure[0] if isinstance(failure[0], BkctlError) else BkctlError(str(failure[0]))
+    outcome.raise_failure("autorecovery daemon failed")
     message(f"autorecovery daemon {daemon_id} stopped")

@@ -16,9 +16,9 @@ import typer
 from bkctl.commands.bookie import app
 from bkctl.commands.options import MetadataOption, confirm
 from bkctl.commands.output import Column, OutputFormat, OutputOption, message, resolve, write_json, write_rows
-from bkctl.commands.running import freeze_heap, run_until_stopped
+from bkctl.commands.running import StartOutcome, freeze_heap, run_until_stopped
 from bkctl.commands.sandbox_procs import die_with_parent
-from bkctl.errors import BkctlError, UsageError
+from bkctl.errors import UsageError
 
 if TYPE_CHECKING:
     from bkctl.server.config import BookieConfig
@@ -204,14 +204,14 @@ def _run(config: BookieConfig, uri: str, port_file: Path | None, autorecovery: d
     # Started while ZooKeeper is away, the bookie waits for it (its metadata deadline): said on stderr.
     opener = partial(open_store_told, session_timeout_ms=config.zk_timeout_ms, retry=retry_policy(config))
     service = BookieService(config, uri, reactor, store_opener=opener)
-    failure: list[BaseException] = []
+    outcome = StartOutcome(reactor)
     daemon: list[Any] = []
     readers: list[Any] = []
 
     def serving(_: object) -> None:
         readers.append(attach_entry_reader(service, reactor, config))
         if autorecovery is not None:
-            daemon.append(_start_daemon(service, reactor, autorecovery, failed))
+            daemon.append(_start_daemon(service, reactor, autorecovery, outcome.failed))
         freeze_heap()  # the heap built so far (config, metadata, caches) lives as long as the bookie
         if port_file is not None:
             port_file.write_text(f"{service.port}\n")
@@ -220,13 +220,9 @@ def _run(config: BookieConfig, uri: str, port_file: Path | None, autorecovery: d
         )
         message(f"bookie {service.bookie_id} serving on {config.listen_host}:{service.port}{http}")
 
-    def failed(reason: Any) -> None:
-        failure.append(reason.value)
-        reactor.stop()
-
     def begin() -> None:
         replay_shown = _replay_progress(service)
-        service.start().addBoth(_passing(replay_shown.close)).addCallbacks(serving, failed)
+        service.start().addBoth(_passing(replay_shown.close)).addCallbacks(serving, outcome.failed)
 
     def stop() -> Any:
         from twisted.internet import defer
@@ -239,11 +235,7 @@ def _run(config: BookieConfig, uri: str, port_file: Path | None, autorecovery: d
     reactor.addSystemEventTrigger("before", "shutdown", stop)
     reactor.callWhenRunning(die_with_parent)  # after the stop handlers: a dead sandbox's SIGTERM stops well
     run_until_stopped(reactor)
-    if failure:
-        error = failure[0]
-        if isinstance(error, BkctlError | KeyboardInterrupt):
-            raise error
-        raise BkctlError(f"bookie failed to start: {type(error).__name__}: {error}") from error
+    outcome.raise_failure("bookie failed to start")
 
 
 def _replay_progress(service: Any) -> contextlib.ExitStack:

@@ -141,6 +141,44 @@ class interruptible:
         message("bkctl: interrupted: waiting for the adds in flight (Ctrl-C again to stop at once)")
 
 
+class StartOutcome:
+    """What a long-running command (bookie, autorecovery, sandbox) raises once its reactor has stopped:
+    the first failure of what it starts, which stops the reactor.
+
+    Once a stop is under way, a start still in flight fails because the stop closes its store or its
+    connections ("metadata store is closed"): that is the stop, not a failure. A SIGTERM while ZooKeeper
+    was frozen exited 6 instead of 0, telling a supervisor the daemon had died."""
+
+    def __init__(self, reactor: Any) -> None:
+        self.reactor = reactor
+        self.errors: list[BaseException] = []
+        self.stopping = False  # Ctrl-C / SIGTERM / a failure seen: what is still starting gives up
+        # Registered before the command's own stop trigger (triggers run in order): set when it runs.
+        reactor.addSystemEventTrigger("before", "shutdown", self._stop_seen)
+
+    def _stop_seen(self) -> None:
+        self.stopping = True
+
+    def failed(self, reason: Any) -> None:
+        """An errback: the first failure before any stop is kept and stops the reactor."""
+        from twisted.internet.error import ReactorNotRunning
+
+        if self.stopping:
+            return
+        self.errors.append(reason.value)
+        with contextlib.suppress(ReactorNotRunning):
+            self.reactor.stop()
+
+    def raise_failure(self, what: str) -> None:
+        """After the reactor: the kept failure as a BkctlError (its own code), else nothing."""
+        if not self.errors:
+            return
+        error = self.errors[0]
+        if isinstance(error, BkctlError | KeyboardInterrupt):
+            raise error
+        raise BkctlError(f"{what}: {type(error).__name__}: {error}") from error
+
+
 def run_until_stopped(reactor: Any) -> None:
     """`reactor.run()` for the long-running commands (bookie, autorecovery, sandbox): SIGINT or SIGTERM
     stops it; more of them while it shuts down (a second Ctrl-C, a supervisor's SIGTERM after a shell's)

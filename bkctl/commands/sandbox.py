@@ -18,8 +18,8 @@ import typer
 from bkctl import limits
 from bkctl.commands.options import check_output_dir
 from bkctl.commands.output import OutputFormat, OutputOption, message, resolve, write_mapping, write_text
-from bkctl.commands.running import run_until_stopped
-from bkctl.errors import BkctlError, UsageError
+from bkctl.commands.running import StartOutcome, run_until_stopped
+from bkctl.errors import UsageError
 
 if TYPE_CHECKING:
     from bkctl.server.service import BookieService
@@ -188,8 +188,7 @@ class _Sandbox:
         self.processes = processes
         self.children: list[Any] = []
         self.child_ids: list[str] = []
-        self.failure: list[BaseException] = []
-        self.stopping = False  # Ctrl-C / SIGTERM seen: what is still starting gives up
+        self.outcome: StartOutcome  # made with the reactor, in run()
         self.announced = False  # serving: the cluster is the operator's now, kept whatever happens
         self.storage = "interleaved"  # every bookie's --storage
 
@@ -205,27 +204,17 @@ class _Sandbox:
             self.children, self.child_ids = start_children(
                 self.root, self.uri, self.count, self.base_port, storage
             )
-        reactor.callWhenRunning(lambda: self._go().addErrback(self._failed))
+        self.outcome = StartOutcome(reactor)
+        reactor.callWhenRunning(lambda: self._go().addErrback(self.outcome.failed))
         reactor.addSystemEventTrigger("before", "shutdown", self._stop_all)
         run_until_stopped(reactor)
-        if self.failure:
-            error = self.failure[0]
-            if isinstance(error, BkctlError):
-                raise error
-            raise BkctlError(f"sandbox failed: {type(error).__name__}: {error}") from error
+        self.outcome.raise_failure("sandbox failed")
         message("sandbox stopped")
 
     def _go(self) -> Any:
         from twisted.internet import defer
 
         return defer.ensureDeferred(self._start_and_maybe_demo())
-
-    def _failed(self, failure: Any) -> None:
-        if self.stopping:
-            return  # a start cut short by Ctrl-C / SIGTERM: the stop, not a failure
-        self.failure.append(failure.value)
-        if self.reactor.running:
-            self.reactor.stop()
 
     async def _start_and_maybe_demo(self) -> None:
         if not self.processes:
@@ -235,7 +224,7 @@ class _Sandbox:
         self._announce(ids)
         if self.autorecovery:
             await self._start_autorecovery()
-        if self.stopping:
+        if self.outcome.stopping:
             return
         if self.children:
             from bkctl.commands.sandbox_procs import Supervisor
@@ -260,7 +249,7 @@ class _Sandbox:
         from bkctl.recovery.worker import WorkerConfig
 
         store = await threads.deferToThread(open_store, self.uri)
-        if self.stopping:  # stopped while the store opened: _stop_all has nothing of it to close
+        if self.outcome.stopping:  # stopped while the store opened: _stop_all has nothing of it to close
             await threads.deferToThread(store.close)
             return
         self.daemon_store = store
@@ -319,7 +308,6 @@ class _Sandbox:
     def _stop_all(self) -> Any:
         from twisted.internet import defer, threads
 
-        self.stopping = True
         if self.supervisor is not None:
             self.supervisor.stop()  # before the children get SIGTERM: their exits are no deaths
         # The daemon first: it would take the bookies going away for failures to repair.
