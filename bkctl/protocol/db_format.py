@@ -24,6 +24,7 @@ _LEDGER_KEY: Final = struct.Struct(">q")
 _LOCATION_KEY: Final = struct.Struct(">qq")
 _LOCATION: Final = struct.Struct(">q")
 LOCATION_KEY_SIZE: Final = _LOCATION_KEY.size
+LOCATION_KEY: Final = _LOCATION_KEY  # packs (ledger id, entry id) into a locations key
 
 
 @dataclass(frozen=True)

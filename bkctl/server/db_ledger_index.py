@@ -16,7 +16,7 @@ import logging
 import struct
 import threading
 from array import array
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 from typing import Final
 
@@ -29,6 +29,7 @@ from bkctl.server.rocksdb_store import KeyValueDb
 log = logging.getLogger("bkctl.bookie")
 
 _UNSET: Final = bytes(ixf.SLOT_SIZE)
+_pack_location_key: Final = dbf.LOCATION_KEY.pack
 
 
 def _slices(packed: bytes) -> list[bytes]:
@@ -84,6 +85,7 @@ class DbLedgerIndex:
         self._lock = threading.Lock()
         self._ledgers_db: KeyValueDb | None = None
         self._locations_db: KeyValueDb | None = None
+        self._get_location: Callable[[bytes], bytes | None] | None = None  # the locations db's get
         self._ledgers: dict[int, dbf.LedgerData] = {}
         # (key, value) in write order: a WriteBatch applies them in order, so a later one wins.
         self._pending_locations: list[tuple[bytes, bytes]] = []
@@ -131,8 +133,12 @@ class DbLedgerIndex:
         return entry_id if found_ledger == ledger_id else -1
 
     def location(self, ledger_id: int, entry_id: int) -> tuple[int, Path | None, int]:
-        value = self._locations.get(dbf.location_key(ledger_id, entry_id))
-        path = self._locations_path  # every read asks: no path built per read
+        # Every read from the entry logs asks: the binding's get and the key's packer, no wrappers.
+        get = self._get_location
+        if get is None:
+            get = self._get_location = self._locations.getter()
+        value = get(_pack_location_key(ledger_id, entry_id))
+        path = self._locations_path
         if value is None:
             return 0, path, 0
         try:
@@ -263,3 +269,4 @@ class DbLedgerIndex:
             if db is not None:
                 db.close()
         self._locations_db = self._ledgers_db = None
+        self._get_location = None

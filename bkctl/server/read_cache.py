@@ -1,11 +1,22 @@
-"""DbLedgerStorage's read-ahead cache: on a read that misses every cache, the entries that follow it in
-its entry log (same ledger, same log, up to `dbStorage_readAheadCacheBatchSize` of them and half the
-cache's bytes) are read with it in one sequential pass and kept, so a reader going through a ledger
-(a tailing or catching-up consumer, re-replication) costs one disk read per batch instead of per entry.
+"""DbLedgerStorage's read-ahead cache: when a read that misses every cache follows the ledger's previous
+read from its entry log (a reader going through the ledger in order), the entries that follow it in
+that log (same ledger, same log, up to `dbStorage_readAheadCacheBatchSize` of them and half the
+cache's bytes) are read with it in one sequential pass and kept, so a tailing or catching-up consumer,
+re-replication or the audit costs one disk read per batch instead of per entry.
 
-Java's SingleDirectoryDbLedgerStorage.fillReadAheadCache does the same walk; its ReadCache is a few
-ring buffers, this one a byte-bounded LRU (entries are immutable: nothing is ever invalidated but a
-deleted ledger's). One per ledger directory, each `dbStorage_readAheadCacheMaxSizeMb / dirs` big.
+Java's SingleDirectoryDbLedgerStorage.fillReadAheadCache does the same walk, but on every miss: a
+random read then reads (and here, copies) up to a batch of entries nobody asked for, or when the
+ledger's entries are not contiguous in the log (a replayed journal's tail interleaves all ledgers)
+a chunk that holds none of them. Reading ahead only for a read that starts where the ledger's last
+one ended (or a record or two after: a striped ensemble leaves a bookie entries a reader asks other
+bookies for) keeps the batch for readers in order and costs a random reader nothing; a random read's
+entry is not kept either (it would push out what was read ahead). A read-ahead first reads one record
+(the next one may be another ledger's), then the rest of the batch sized by the entry just read, not
+a fixed 256 KiB.
+
+Java's ReadCache is a few ring buffers, this one a byte-bounded LRU (entries are immutable: nothing
+is ever invalidated but a deleted ledger's). One per ledger directory, each
+`dbStorage_readAheadCacheMaxSizeMb / dirs` big.
 """
 
 from __future__ import annotations
@@ -19,8 +30,14 @@ from bkctl import limits
 from bkctl.protocol import entrylog_format as ef
 
 _SIZE_PREFIX: Final = 4
-# The first pread of a read-ahead takes this much (or less, per the bounds); more follow if needed.
+# The first pread of a read-ahead takes at most this much (less per the bounds); more follow if needed.
 READ_AHEAD_CHUNK: Final = 256 * 1024  # local bound
+# Where the last reads of a ledger ended (several readers of one ledger each keep their read-ahead).
+STREAMS_PER_LEDGER: Final = 4  # local bound
+STREAMS_LEDGERS_MAX: Final = 4096  # local bound: ledgers whose read positions are kept
+# A read follows a previous one when it starts at most this many records (of its own size) after it
+# ended: 0 for a reader of every entry, 1-2 where a striped ensemble left entries read elsewhere.
+FOLLOW_GAP_RECORDS: Final = 2
 
 
 @dataclass
@@ -32,6 +49,7 @@ class ReadCacheMetrics:
     batches: int = 0  # read-aheads done
     batch_entries: int = 0  # entries they read (sum)
     batch_bytes: int = 0  # bytes they read (sum)
+    skipped: int = 0  # misses not read ahead: not following the ledger's previous read (random reads)
 
 
 class ReadCache:
@@ -44,6 +62,8 @@ class ReadCache:
         self.read_ahead_bytes = self.max_bytes // 2
         self.size_bytes = 0
         self._entries: OrderedDict[tuple[int, int], bytes] = OrderedDict()
+        # ledger id -> locations where its last reads or read-aheads ended, most recent last.
+        self._ends: dict[int, list[int]] = {}
 
     @property
     def enabled(self) -> bool:
@@ -74,6 +94,40 @@ class ReadCache:
         doomed = [key for key in self._entries if key[0] == ledger_id]
         for key in doomed:
             self.size_bytes -= len(self._entries.pop(key))
+        self._ends.pop(ledger_id, None)
+
+    def follows(self, ledger_id: int, location: int, data_size: int) -> bool:
+        """A miss read `data_size` bytes at `location`: True when it starts where one of the ledger's
+        recent reads from the entry log (or its read-ahead) ended, give or take FOLLOW_GAP_RECORDS
+        records: a reader going through the ledger in order, worth reading ahead for. Remembers where
+        this one ended either way (last in the ledger's list, where `_walked` moves it on)."""
+        # Ends are kept as locations (log id << 32 | offset): one subtraction compares log and offset,
+        # as a gap within one log is small and one across logs is at least 2^32 minus a log's size.
+        end = location + data_size
+        ends = self._ends.get(ledger_id)
+        if ends is None:
+            if len(self._ends) >= STREAMS_LEDGERS_MAX:
+                self._ends.clear()  # forgotten streams cost one read without read-ahead each
+            self._ends[ledger_id] = [end]
+            return False
+        start = location - _SIZE_PREFIX
+        gap_max = FOLLOW_GAP_RECORDS * (_SIZE_PREFIX + data_size)
+        for previous in ends:
+            if 0 <= start - previous <= gap_max:
+                ends.remove(previous)
+                ends.append(end)
+                return True
+        if len(ends) >= STREAMS_PER_LEDGER:
+            del ends[0]
+        ends.append(end)
+        return False
+
+    def _walked(self, ledger_id: int, end: int) -> None:
+        """The read-ahead of the stream `follows` just recorded for the ledger ended at `end` (a
+        location: where the next record's size prefix is)."""
+        ends = self._ends.get(ledger_id)
+        if ends:
+            ends[-1] = end
 
     def read_ahead(
         self, fd: int, ledger_id: int, location: int, data_size: int, end: int | None = None
@@ -92,7 +146,14 @@ class ReadCache:
         at = 0  # chunk[at] is the byte at `position`
         while count < self.batch_size and total < self.read_ahead_bytes:
             if len(chunk) - at < _SIZE_PREFIX + ef.RECORD_KEY_SIZE:
-                want = min(READ_AHEAD_CHUNK, max(self.read_ahead_bytes - total, _SIZE_PREFIX))
+                # First one record (the next may be another ledger's: logs a replay wrote interleave
+                # ledgers), then the rest of the batch as if its entries were the size of this one.
+                records = self.batch_size - count if count else 1
+                want = min(
+                    READ_AHEAD_CHUNK,
+                    records * (_SIZE_PREFIX + data_size),
+                    max(self.read_ahead_bytes - total, _SIZE_PREFIX),
+                )
                 chunk, at = os.pread(fd, want + _SIZE_PREFIX + ef.RECORD_KEY_SIZE, position), 0
                 if len(chunk) < _SIZE_PREFIX + ef.RECORD_KEY_SIZE:
                     break
@@ -119,4 +180,5 @@ class ReadCache:
             position += _SIZE_PREFIX + size
             if position >= 1 << 32:  # past what a location's offset can name (Java: another log id)
                 break
+        self._walked(ledger_id, location - offset + position)
         return count, total

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import islice
 from pathlib import Path
 from typing import Final
@@ -34,6 +34,7 @@ BLOCK_CACHE_SIZE: Final = 32 * 1024 * 1024  # Java: max direct memory / ledger d
 BACKGROUND_JOBS: Final = 4
 # Locations per native write (see KeyValueDb.write_pairs): ~1 ms of memtable insertion at a time.
 WRITE_SLICE: Final = 1024  # local bound
+DEFAULT_FAMILY: Final = "default"  # RocksDB's default column family (the only one used)
 WAL_GLOB: Final = "*.log"  # RocksDB's write-ahead log files in the database's directory
 
 
@@ -106,7 +107,12 @@ class KeyValueDb:
                 (where / item.name).symlink_to(item.absolute())
             access = rd.AccessType.read_only()
         try:
-            self._db = rd.Rdict(str(where), _options(huge), access_type=access)
+            options = _options(huge)
+            # The default column family's options named too: on an existing database rocksdict would
+            # otherwise open that family with the options it loads from the OPTIONS file, which
+            # cannot carry a block cache or a bloom filter (an 8 MiB cache and no filter, in the SST
+            # files written after it too), whatever `options` says.
+            self._db = rd.Rdict(str(where), options, {DEFAULT_FAMILY: options}, access_type=access)
         except Exception as exc:  # rocksdict raises plain Exception with RocksDB's status text
             self._cleanup()
             raise CorruptDataError(f"{path}: cannot open RocksDB database: {exc}") from None
@@ -121,8 +127,11 @@ class KeyValueDb:
             raise CorruptDataError(f"{self.path}: cannot follow the RocksDB database: {exc}") from None
 
     def get(self, key: bytes) -> bytes | None:
-        value = self._db.get(key)
-        return None if value is None else bytes(value)
+        return self._db.get(key)  # raw mode: bytes or None
+
+    def getter(self) -> Callable[[bytes], bytes | None]:
+        """`get` without a wrapper call per key (the locations db answers one per entry read)."""
+        return self._db.get
 
     def write(self, puts: dict[bytes, bytes], deletes: Sequence[bytes] = (), sync: bool = True) -> None:
         """One atomic batch; synced (WAL fsynced) unless `sync` is False, as Java's batches are."""
@@ -207,6 +216,11 @@ class KeyValueDb:
         if not it.valid():
             return None
         return bytes(it.key()), bytes(it.value())
+
+    def property_int(self, name: str) -> int | None:
+        """One of RocksDB's integer properties (`rocksdb.block-cache-capacity`, ...), or None."""
+        value = self._db.property_int_value(name)
+        return None if value is None else int(value)
 
     def compact(self) -> None:
         """Compact every level (Java's compact(): the whole key range), e.g. after many deletions."""

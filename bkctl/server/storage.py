@@ -754,12 +754,17 @@ class Storage:
     def _read_ahead(
         self, store: LedgerDirStore, ledger_id: int, entry_id: int, location: int, data: bytes
     ) -> None:
-        """A read from the entry log (a read cache miss): cache it and the ledger's entries after it in
-        that log (Java's fillReadAheadCache); a failure only ends the read-ahead."""
+        """A read from the entry log (a read cache miss): when it follows the ledger's previous read
+        (read_cache.py), cache it and the ledger's entries after it in that log (Java's
+        fillReadAheadCache, which does so on every miss); a failure only ends the read-ahead. A random
+        read's entry is not cached: it would only push out entries read ahead for readers in order."""
         cache = store.read_cache
         assert cache is not None
         metrics = self.read_cache_metrics
         metrics.misses += 1
+        if not cache.follows(ledger_id, location, len(data)):
+            metrics.skipped += 1
+            return
         cache.put(ledger_id, entry_id, data)
         try:
             fd = store.reader.fd_of(location)

@@ -10,7 +10,7 @@ from twisted.internet import reactor
 from bkctl.protocol import db_format as dbf
 from bkctl.protocol.wire import ReturnCode as RC
 from bkctl.server.db_ledger_index import open_ledgers, open_locations, read_ledgers
-from bkctl.server.read_cache import ReadCache
+from bkctl.server.read_cache import STREAMS_PER_LEDGER, ReadCache
 from bkctl.server.storage import Storage
 from tests.server.crash_writer import assert_served_right, run_until_killed
 from tests.server.helpers import (
@@ -99,7 +99,7 @@ async def test_every_acknowledged_entry_survives_sigkill_over_two_dirs(tmp_path:
 
 
 @twisted_test
-async def test_a_read_miss_reads_the_following_entries_ahead(tmp_path: Path) -> None:
+async def test_a_read_following_the_previous_one_reads_the_next_entries_ahead(tmp_path: Path) -> None:
     durable = Durable()
     storage = started(tmp_path, durable, engine="db", read_ahead_batch=10)
     await add_all(storage, durable, 1, 15)
@@ -107,20 +107,87 @@ async def test_a_read_miss_reads_the_following_entries_ahead(tmp_path: Path) -> 
     await storage.stop()
     again = started(tmp_path, engine="db", read_ahead_batch=10)
     metrics = again.read_cache_metrics
-    assert again.read(1, 0) == (RC.EOK, packaged(1, 0))
-    assert (metrics.misses, metrics.hits, metrics.batch_entries) == (1, 0, 10)
-    assert [again.read(1, e) for e in range(1, 11)] == [(RC.EOK, packaged(1, e)) for e in range(1, 11)]
-    assert (metrics.misses, metrics.hits) == (1, 10)
-    assert again.read(1, 11) == (RC.EOK, packaged(1, 11))  # a miss: the next batch, 3 entries to go
-    assert (metrics.misses, metrics.batch_entries, metrics.batches) == (2, 13, 2)
+    assert again.read(1, 0) == (RC.EOK, packaged(1, 0))  # a first read tells nothing: no read-ahead
+    assert (metrics.misses, metrics.skipped, metrics.batches) == (1, 1, 0)
+    assert again.read(1, 1) == (RC.EOK, packaged(1, 1))  # starts where entry 0 ended: in order
+    assert (metrics.misses, metrics.hits, metrics.batch_entries) == (2, 0, 10)
+    assert [again.read(1, e) for e in range(2, 12)] == [(RC.EOK, packaged(1, e)) for e in range(2, 12)]
+    assert (metrics.misses, metrics.hits) == (2, 10)
+    assert again.read(1, 12) == (RC.EOK, packaged(1, 12))  # where the batch ended: the next batch
+    assert (metrics.misses, metrics.batch_entries, metrics.batches) == (3, 12, 2)
     assert again.read(2, 0) == (RC.EOK, packaged(2, 0))
-    assert metrics.misses == 3
+    assert (metrics.misses, metrics.skipped) == (4, 2)
     again.delete_ledger(1)
     assert again.read(1, 12) == (RC.ENOLEDGER, b"")
     await again.stop()
     off = started(tmp_path, engine="db", read_cache_max_bytes=0)
     assert off.read(2, 1) == (RC.EOK, packaged(2, 1)) and off.read_cache_metrics.misses == 0
     await off.stop()
+
+
+@twisted_test
+async def test_random_reads_read_nothing_ahead_and_keep_nothing(tmp_path: Path) -> None:
+    durable = Durable()
+    storage = started(tmp_path, durable, engine="db", read_ahead_batch=10)
+    await add_all(storage, durable, 1, 40)
+    await storage.stop()
+    again = started(tmp_path, engine="db", read_ahead_batch=10)
+    picks = [30, 7, 22, 3, 15, 7, 36]
+    assert [again.read(1, e) for e in picks] == [(RC.EOK, packaged(1, e)) for e in picks]
+    metrics = again.read_cache_metrics
+    assert (metrics.misses, metrics.skipped, metrics.batches, metrics.hits) == (7, 7, 0, 0)
+    assert len(again.store(0).read_cache or ()) == 0  # entry 7, read twice, was read twice
+    await again.stop()
+
+
+@twisted_test
+async def test_a_reader_of_a_striped_ledger_and_two_readers_of_one_ledger_keep_their_read_ahead(
+    tmp_path: Path,
+) -> None:
+    durable = Durable()
+    storage = started(tmp_path, durable, engine="db", read_ahead_batch=10)
+    # Ensemble 3, write quorum 2: this bookie holds two entries of every three ...
+    held = [e for e in range(90) if e % 3 != 2]
+    for entry_id in held:
+        assert storage.add(1, entry_id, KEY, packaged(1, entry_id), False, entry_id) == RC.EOK
+    await wait_until(lambda: held[-1] in durable.tokens)
+    await add_all(storage, durable, 2, 60)
+    await storage.stop()
+    again = started(tmp_path, engine="db", read_ahead_batch=10)
+    metrics = again.read_cache_metrics
+    # ... and a reader asks it for one of every three (the others go to the other bookies).
+    asked = [e for e in held if e % 3 == 0][:12]
+    assert [again.read(1, e) for e in asked] == [(RC.EOK, packaged(1, e)) for e in asked]
+    assert (metrics.misses, metrics.batches, metrics.hits) == (3, 2, 9)
+    # Two readers of ledger 2, one from entry 0 and one from entry 30, in turns.
+    before = metrics.misses
+    for step in range(20):
+        for first in (0, 30):
+            assert again.read(2, first + step) == (RC.EOK, packaged(2, first + step))
+    assert metrics.misses - before == 2 * 2 + 2  # each: two misses to start, then one per 10 entries
+    await again.stop()
+
+
+def test_follows_tells_readers_in_order_from_random_reads() -> None:
+    cache = ReadCache(1 << 20, 10)
+    record = 4 + 100  # size prefix + a stored entry of 100 bytes
+    at = 1024 + 4  # log 0: the first entry of the log, after its header
+
+    def location(log_id: int, number: int) -> int:
+        return log_id << 32 | (at + number * record)
+
+    assert not cache.follows(1, location(0, 0), 100)  # nothing known of ledger 1
+    assert cache.follows(1, location(0, 1), 100)  # right after
+    assert cache.follows(1, location(0, 4), 100)  # two records skipped: a striped ledger
+    assert not cache.follows(1, location(0, 8), 100)  # three skipped: not in order
+    assert not cache.follows(1, location(0, 8), 100)  # the same entry again
+    assert not cache.follows(1, location(1, 9), 100)  # the next record's offset, in another log
+    assert not cache.follows(2, location(0, 9), 100)  # another ledger's position
+    for number in range(20, 20 + STREAMS_PER_LEDGER):  # as many other readers as are kept
+        cache.follows(1, location(0, number * 10), 100)
+    assert not cache.follows(1, location(0, 9), 100)  # the oldest reader was forgotten
+    cache.forget_ledger(1)
+    assert not cache.follows(1, location(0, 10), 100)
 
 
 @twisted_test

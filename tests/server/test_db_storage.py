@@ -14,7 +14,7 @@ from bkctl.errors import ConflictError, UsageError
 from bkctl.protocol import db_format as dbf
 from bkctl.protocol.wire import ReturnCode as RC
 from bkctl.server.db_ledger_index import open_ledgers, open_locations, read_ledgers
-from bkctl.server.rocksdb_store import KeyValueDb
+from bkctl.server.rocksdb_store import BLOCK_CACHE_SIZE, KeyValueDb
 from bkctl.server.storage import Storage
 from tests.conftest import REPO
 from tests.server.crash_writer import assert_served_right, run_until_killed
@@ -160,6 +160,24 @@ async def test_ldb_reads_what_we_wrote(tmp_path: Path) -> None:
     key, value = line.split(" : ")
     assert key == "0x" + dbf.ledger_key(3).hex().upper()
     assert value == "0x" + dbf.encode_ledger_data(dbf.LedgerData(KEY)).hex().upper()
+
+
+def test_a_reopened_locations_db_keeps_its_bloom_filter_and_block_cache(tmp_path: Path) -> None:
+    """The options are the database's on every open, not only the first: RocksDB's OPTIONS file cannot
+    carry a block cache or a bloom filter, and an open that took its family's options from there ran
+    with an 8 MiB cache and wrote SST files without filters."""
+    for first in range(3):
+        db = KeyValueDb(tmp_path / "locations", huge=True)
+        assert db.property_int("rocksdb.block-cache-capacity") == BLOCK_CACHE_SIZE
+        db.write({dbf.location_key(first, 0): bytes(8)})
+        db.flush()
+        db.close()
+    tables = sorted((tmp_path / "locations").glob("*.sst"))
+    assert len(tables) == 3
+    for table in tables:  # Debian's RocksDB 7.8 tools, as the ldb checks
+        command = ["sst_dump", f"--file={table}", "--show_properties"]
+        shown = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True).stdout
+        assert "filter policy name: bloomfilter" in shown and "compression algo: LZ4" in shown
 
 
 def _ldb_scan(db: Path) -> list[str]:
