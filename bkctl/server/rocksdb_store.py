@@ -3,8 +3,9 @@
 The options are those of BookKeeper 4.14's `KeyValueStorageRocksDB` so that Java's bookies (rocksdbjni
 6.29 in 4.14, 7.9 in 4.16) and Debian's `ldb` (7.8) open what we write: the locations db ("Huge") uses a
 block-based table of format_version 2 with xxHash checksums, 64 KiB blocks, LZ4, a full bloom filter of
-10 bits per key and index/filter blocks in the block cache; the ledgers db ("Small") takes the library's
-defaults, except the table format version (5, the default of the versions Java ships). The newer
+10 bits per key (index and filter blocks held with each open file, not in the block cache as Java
+does: see `_options`); the ledgers db ("Small") takes the library's defaults, except the table format
+version (5, the default of the versions Java ships). The newer
 library writes options an older one does not know into `OPTIONS-*`: Java never reads that file (it
 passes its options), `ldb` needs `--ignore_unknown_options`.
 """
@@ -67,7 +68,12 @@ def _options(huge: bool) -> rd.Options:
     table.set_format_version(2)
     table.set_checksum_type(rd.ChecksumType.xxhash())
     table.set_bloom_filter(BLOOM_BITS_PER_KEY, False)
-    table.set_cache_index_and_filter_blocks(True)
+    # Java puts index and filter blocks in the block cache; bkctl keeps them with each open SST file
+    # (RocksDB's default; the files are the same). In the cache, a file's whole filter is one entry
+    # (10 bits per location: 1.26 MB for a memtable's million), bigger than a shard of the cache
+    # (1/64 of it): dropped after every lookup and read again, 1.2 MB per entry read (RESULTS.md,
+    # "DbLedgerStorage"). Held with the file, it costs ~1.3 bytes of memory per location stored.
+    table.set_cache_index_and_filter_blocks(False)
     options.set_block_based_table_factory(table)
     return options
 
