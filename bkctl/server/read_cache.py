@@ -110,10 +110,10 @@ class ReadCache:
                 self._ends.clear()  # forgotten streams cost one read without read-ahead each
             self._ends[ledger_id] = [end]
             return False
-        start = location - _SIZE_PREFIX
-        gap_max = FOLLOW_GAP_RECORDS * (_SIZE_PREFIX + data_size)
+        start = location - _SIZE_PREFIX  # of the record read
+        earliest = start - FOLLOW_GAP_RECORDS * (_SIZE_PREFIX + data_size)
         for previous in ends:
-            if 0 <= start - previous <= gap_max:
+            if earliest <= previous <= start:
                 ends.remove(previous)
                 ends.append(end)
                 return True

@@ -713,7 +713,7 @@ class Storage:
             return _EOK, data
         store = self._store_of(ledger_id)
         cache = store.read_cache
-        if cache is not None:
+        if cache is not None and cache.size_bytes:  # empty under random reads: none is kept
             data = cache.get(ledger_id, entry_id)
             # A read-ahead does not check digests (as Java's): checked here, a bad one read again below.
             if data is not None and self._digest_ok(ledger_id, entry_id, data):
