@@ -30,7 +30,16 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks.replay import KEY, LEDGERS, PAYLOAD_SIZE, _config, _NoReactor, bench_replay, drop_page_cache  # noqa: E402
+from benchmarks.replay import (  # noqa: E402
+    KEY,
+    LEDGERS,
+    PAYLOAD_SIZE,
+    _config,
+    _NoReactor,
+    bench_replay,
+    drop_page_cache,
+    read_io,
+)
 from bkctl.model import DigestType  # noqa: E402
 from bkctl.protocol import entry  # noqa: E402
 from bkctl.server.storage import Storage  # noqa: E402
@@ -88,11 +97,6 @@ def build_by_replay(base: Path, size_mb: int) -> None:
         bench_replay(size_mb, base / engine, engine)  # leaves base/engine/replay
 
 
-def _io() -> dict[str, int]:
-    with open("/proc/self/io") as stats:
-        return {name: int(value) for name, value in (line.split(":") for line in stats)}
-
-
 def _picks(storage: Storage, pattern: str, count: int) -> list[tuple[int, int]]:
     last = {
         ledger_id: int.from_bytes(storage.read(ledger_id, -1)[1][8:16], "big") for ledger_id in range(LEDGERS)
@@ -114,9 +118,9 @@ def run(directory: Path, engine: str, pattern: str, count: int, drop: bool) -> d
     picks = _picks(storage, pattern, count)
     if drop:
         drop_page_cache(directory)
-    before, cpu, started = _io(), time.process_time(), time.perf_counter()
+    before, cpu, started = read_io(), time.process_time(), time.perf_counter()
     failed = sum(1 for ledger_id, entry_id in picks if storage.read(ledger_id, entry_id)[0] != 0)
-    seconds, cpu, after = time.perf_counter() - started, time.process_time() - cpu, _io()
+    seconds, cpu, after = time.perf_counter() - started, time.process_time() - cpu, read_io()
     cache = storage.read_cache_metrics
     storage._close_files(None)
     reads = len(picks)
