@@ -163,7 +163,10 @@ class ReadCache:
             if end is not None and position + _SIZE_PREFIX + size > end:
                 break
             start = at + _SIZE_PREFIX
-            if len(chunk) < start + size:
+            if len(chunk) < start + size and at:
+                chunk, at = b"", 0  # the record runs past the chunk: the next chunk starts with it
+                continue
+            if len(chunk) < start + size:  # bigger than a whole chunk: read alone
                 record = os.pread(fd, size, position + _SIZE_PREFIX)
                 chunk, at, start = b"", 0, 0
                 if len(record) < size:

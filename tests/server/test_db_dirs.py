@@ -209,3 +209,24 @@ async def test_read_ahead_stops_where_the_log_being_written_is_fsynced(tmp_path:
     assert cut.read_ahead(fd, 1, location, len(first), (fifth & 0xFFFF_FFFF) - 4)[0] == 4
     assert cut.get(1, 4) == packaged(1, 4) and cut.get(1, 5) is None
     await storage.stop()
+
+
+@twisted_test
+async def test_read_ahead_reads_entries_of_any_size(tmp_path: Path) -> None:
+    durable = Durable()
+    storage = started(tmp_path, durable, engine="db")
+    sizes = [100, 2000, 300 * 1024, 100, 5000, 100]  # one bigger than a read-ahead chunk
+    for entry_id, size in enumerate(sizes):
+        data = packaged(1, entry_id, bytes([entry_id]) * size)
+        assert storage.add(1, entry_id, KEY, data, False, entry_id) == RC.EOK
+    await wait_until(lambda: len(sizes) - 1 in durable.tokens)
+    await storage.checkpoint()
+    store = storage.store(0)
+    location = store.index.location(1, 0)[0]
+    first = store.reader.read(location, 1, 0)
+    cache = ReadCache(4 << 20, 100)
+    assert cache.read_ahead(store.reader.fd_of(location), 1, location, len(first))[0] == len(sizes) - 1
+    assert [cache.get(1, e) for e in range(1, len(sizes))] == [
+        packaged(1, e, bytes([e]) * size) for e, size in enumerate(sizes) if e
+    ]
+    await storage.stop()
