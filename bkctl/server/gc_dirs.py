@@ -48,6 +48,15 @@ class DirStorage:
     def retire_entry_log(self, log_id: int) -> None:
         self._storage.retire_entry_log(log_id, self._index)
 
+    def owns(self, ledger_id: int) -> bool:
+        return dir_of(ledger_id, self._storage.store_count) == self._index
+
+    def holds_ledger(self, ledger_id: int) -> bool:
+        """A ledger another directory keeps is not live here: its records in this directory's logs (a
+        conversion from the interleaved engine leaves them, storage_convert.py) are garbage, as Java's
+        per-directory collector counts them."""
+        return self.owns(ledger_id) and self._storage.holds_ledger(ledger_id)
+
     def ledger_ids(self) -> Deferred[set[int]]:
         count, index = self._storage.store_count, self._index
         every = self._storage.ledger_ids()

@@ -241,9 +241,8 @@ async def test_convert_both_ways_verified_and_resumable(tmp_path: Path) -> None:
     assert storage.read(2, 2998)[1].endswith(b"L2-E2998") and storage.read(1, 1)[0] == RC.ENOENTRY
     await storage.stop()
     # A conversion killed after building its databases (staging left, old index whole): a rerun redoes it.
-    storage_convert._build_db(
-        current, storage_convert._index_files(current), storage_convert.ConvertReport("db")
-    )
+    dirs = (ledger_dir,)
+    storage_convert._build_db(dirs, storage_convert._index_files(dirs), storage_convert.ConvertReport("db"))
     assert (current / "locations.converting").is_dir()
     invoke_json("bookie", "convert", "--to", "db", "--ledger-dir", str(ledger_dir))
     assert _scan(current / dbf.LOCATIONS_DB) == java_locations  # key for key Java's
