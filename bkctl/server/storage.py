@@ -1048,10 +1048,10 @@ class Storage:
     def _indexed_ledger_ids(self) -> set[int]:
         return set().union(*(store.index.ledger_ids() for store in self._stores))
 
-    def owns(self, ledger_id: int) -> bool:
-        """Whether the ledger is this storage's to keep: every ledger (gc_dirs.DirStorage, one directory
-        of a db bookie, narrows it to that directory's)."""
-        return True
+    def held_elsewhere(self, ledger_id: int) -> bool:
+        """Whether another part of the bookie keeps the ledger (never: gc_dirs.DirStorage, one directory
+        of a db bookie, answers for the others)."""
+        return False
 
     def holds_ledger(self, ledger_id: int) -> bool:
         return ledger_id in self._ledgers or self.index_path(ledger_id) is not None
