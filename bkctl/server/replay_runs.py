@@ -7,8 +7,8 @@ Python work is one struct unpack, a few comparisons and one dict store.
 
 With several stores (the db engine's ledger dirs: ledger L in dir L mod n) consecutive records go to
 different entry logs: one pass notes every record's location in its store's log and the spans of the
-buffer each store gets, and each store then takes its records in one write (its one span, or its spans
-joined once), so alternating directories cost what one directory does (`take_runs`).
+buffer each store gets (runs of one store's records), and each store's writer then copies its spans
+into its buffer (`take_runs`), instead of a run cut, and a call made, at every change of directory.
 
 The fast path takes only what the journal codec would yield as DATA (length 16..JOURNAL_RECORD_SIZE_MAX,
 entry id >= 0, the whole record in the buffer), and only for ledgers the bookie already admitted; it
@@ -170,9 +170,8 @@ def take_runs(runs: Sequence[ReplayRuns], buffer: bytearray, pos: int, end: int)
     ledger's store (`runs[ledger id % len(runs)]`, the db engine's rule for several ledger dirs);
     (where it stopped, count).
 
-    One pass over the records notes every location; then each store gets its records in one write
-    (one slice of the buffer when they are contiguous, as with one store; else joined once), so that
-    records alternating between directories cost what a run to one directory does.
+    One pass over the records notes every location; then each store's writer copies its spans of the
+    buffer (one span with one store, as always).
     """
     stop, taken, full = _take_fitting(runs, buffer, pos, end)
     if full >= 0:
@@ -193,19 +192,11 @@ def _take_fitting(runs: Sequence[ReplayRuns], buffer: bytearray, pos: int, end: 
     stop, full = _scan(runs, buffer, pos, end, spans, counts)
     with memoryview(buffer) as view:
         for store, store_spans in zip(runs, spans, strict=True):
-            if not store_spans:
-                continue
-            writer = store._writer
-            if len(store_spans) == 2:
-                writer.append_records(view[store_spans[0] : store_spans[1]])
-            else:
-                pieces = [view[store_spans[i] : store_spans[i + 1]] for i in range(0, len(store_spans), 2)]
-                joined = b"".join(pieces)
-                for piece in pieces:
-                    piece.release()
-                writer.append_records(memoryview(joined))
-            # The locations hold 32-bit offsets: the entry log must not have grown past them.
-            ef.entry_location(writer.log_id, writer.position)
+            if store_spans:
+                writer = store._writer
+                writer.append_spans(view, store_spans)
+                # The locations hold 32-bit offsets: the entry log must not have grown past them.
+                ef.entry_location(writer.log_id, writer.position)
     for store, count in zip(runs, counts, strict=True):
         store.count += count
     return stop, sum(counts), full
@@ -223,7 +214,8 @@ def _scan(
     stop pairs); returns where it stopped and the store whose log had no room then (else -1).
 
     The locations assume each store's records go to its entry log at its writer's current position,
-    in buffer order.
+    in buffer order. The records are taken in runs of one store's (a store's run: one location base,
+    one room limit), so with one store the work per record is what it always was.
     """
     n = len(runs)
     writers = [store._writer for store in runs]
@@ -235,6 +227,11 @@ def _scan(
     unpack_crc = _CRC32C_VALUE.unpack_from
     last_head = end - _RECORD_HEAD.size
     full = -1
+    count = 0
+    # The current run: its store, where it starts, the location of a record at p (base + p), the end
+    # its store's room allows, and the records before it.
+    store, start, base, limit, before = -1, pos, 0, 0, 0
+    ledger_of = ledgers_of[0]
     view = memoryview(buffer)
     while pos <= last_head:
         size, ledger_id, entry_id = unpack(buffer, pos)
@@ -242,11 +239,19 @@ def _scan(
         if entry_id < 0 or size < jf.RECORD_KEY_SIZE or size > _RECORD_SIZE_MAX or after > end:
             break
         d = ledger_id % n
-        ledger = ledgers_of[d](ledger_id)
+        if d != store:
+            if pos > start:  # the run of another store ends here
+                spans[store] += (start, pos)
+                filled[store] += pos - start
+                counts[store] += count - before
+            store, start, before = d, pos, count
+            base = bases[d] + filled[d] - pos
+            limit = pos + rooms[d] - filled[d]
+            ledger_of = ledgers_of[d]
+        ledger = ledger_of(ledger_id)
         if ledger is None:
             break
-        length = after - pos
-        if filled[d] + length > rooms[d]:
+        if after > limit:
             full = d
             break
         mode = ledger.mode
@@ -262,17 +267,14 @@ def _scan(
                 break  # `add` rejects it
         elif mode != UNCHECKED and (mode == PENDING or not _crc32_matches(view[pos + _SIZE_PREFIX : after])):
             break
-        ledger.slots[entry_id] = bases[d] + filled[d]
-        ledger.unsized += length
-        filled[d] += length
-        counts[d] += 1
-        span = spans[d]
-        if span and span[-1] == pos:
-            span[-1] = after
-        else:
-            span += (pos, after)
+        ledger.slots[entry_id] = base + pos
+        ledger.unsized += after - pos
         pos = after
+        count += 1
     view.release()
+    if pos > start:
+        spans[store] += (start, pos)
+        counts[store] += count - before
     return pos, full
 
 
