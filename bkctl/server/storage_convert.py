@@ -135,15 +135,24 @@ def _discard_staging(ledger_dirs: Sequence[Path]) -> None:
 
 
 def _decide(ledger_dirs: Sequence[Path], to: str, report: ConvertReport, renames: list[list[int]]) -> None:
-    doc = {"to": to, "copied": report.copied, "renames": renames}
+    doc = {
+        "to": to,
+        "ledgers": report.ledgers,
+        "entries": report.entries,
+        "copied": report.copied,
+        "renames": renames,
+    }
     write_durably(state_path(ledger_dirs), json.dumps(doc).encode())
 
 
 def _decision(ledger_dirs: Sequence[Path], report: ConvertReport) -> list[tuple[int, int, int]]:
-    """The renames the decision made (the report counts what the decided run copied)."""
+    """The renames the decision made; the report counts what the decided run converted."""
     doc = json.loads(state_path(ledger_dirs).read_bytes())
+    report.ledgers, report.entries = int(doc.get("ledgers", 0)), int(doc.get("entries", 0))
     report.copied = int(doc.get("copied", 0))
-    return [(int(d), int(old), int(new)) for d, old, new in doc.get("renames", [])]
+    renames = [(int(d), int(old), int(new)) for d, old, new in doc.get("renames", [])]
+    report.renamed_logs = len(renames)
+    return renames
 
 
 def _finish(ledger_dirs: Sequence[Path], report: ConvertReport) -> None:
@@ -187,9 +196,7 @@ def to_db(ledger_dirs: Sequence[Path]) -> ConvertReport:
                 os.rename(current / (name + CONVERTING), current / name)
         fsync_directory(current)
         fault_point("convert-moving")
-    report.ledgers = len(files)
     for ledger_id, path in sorted(files.items()):
-        report.entries += len(_read_index(path)[1])
         path.unlink()
         report.removed.append(str(path))
         log.debug("ledger %d: %s removed", ledger_id, path)
@@ -215,6 +222,7 @@ def _unique_logs(ledger_dirs: Sequence[Path]) -> dict[int, Path]:
 def _build_db(dirs: tuple[Path, ...], files: dict[int, Path], report: ConvertReport) -> None:
     """The staging databases, and copies of the entries held in another dir than their ledger's."""
     logs = _unique_logs(dirs)
+    report.ledgers = len(files)
     first_copy = _last_id(dirs)  # copies take ids after every id of every dir
     writers: dict[int, EntryLogWriter] = {}
     reader = EntryLogReader(dirs)
@@ -224,6 +232,7 @@ def _build_db(dirs: tuple[Path, ...], files: dict[int, Path], report: ConvertRep
             target = ledger_id % len(dirs)
             home = dirs[target] / "current"
             slots = _read_index(path)[1]
+            report.entries += len(slots)
             for entry_id, location in slots.items():
                 held = logs.get(location >> 32)
                 if held is None or held.parent == home:
@@ -360,11 +369,8 @@ def to_interleaved(ledger_dirs: Sequence[Path]) -> ConvertReport:
         report.ledgers, report.entries = _write_index_files(dirs, renames)
         _decide(dirs, INTERLEAVED, report, [[d, old, new] for (d, old), new in sorted(renames.items())])
         fault_point("convert-decided")
-    else:
-        report.ledgers = len(_index_files(dirs))
     for index, old, new in _decision(dirs, report):
         _rename_log(dirs[index], old, new)
-        report.renamed_logs += 1
         fault_point("convert-moving")
     for directory in dirs:
         current = directory / "current"
