@@ -24,7 +24,8 @@ original record, and a renamed log against the file it links. Only then is `conv
 the first directory (the conversion is decided), and the new files are moved into place and the old
 index removed, each step idempotent. A kill before `convert.json` leaves the old storage whole and a
 rerun starts over; a kill after it leaves a bookie that refuses to start (storage_kind.py) until a
-rerun finishes. Entry logs are never rewritten or removed; journals and lastMark stay as they are.
+rerun finishes. No entry log is rewritten or removed (a renamed one keeps its bytes under its new
+name); journals and lastMark stay as they are.
 """
 
 from __future__ import annotations
@@ -247,6 +248,8 @@ def _build_db(dirs: tuple[Path, ...], files: dict[int, Path], report: ConvertRep
         reader.close()
         for writer in writers.values():
             writer.close()  # flushed and fsynced before the databases name its records
+    for target in writers:  # the copies' names durable before a decision names them
+        fsync_directory(_staging(dirs[target]) / "current")
     for index, directory in enumerate(dirs):
         mine = {i: p for i, p in files.items() if i % len(dirs) == index}
         _write_db(directory / "current", mine, new_slots)
