@@ -10,6 +10,7 @@
     python benchmarks/replay.py                 # 1 GiB (the figures in benchmarks/RESULTS.md)
     python benchmarks/replay.py --size-mb 64    # quick run
     python benchmarks/replay.py --replay-only   # restart only
+    python benchmarks/replay.py --replay-only --storage db --dirs 2   # two ledger dirs
 """
 
 from __future__ import annotations
@@ -66,15 +67,20 @@ def write_journal(directory: Path, size_bytes: int) -> int:
     return entries
 
 
-def bench_replay(size_mb: int, base: Path, engine: str = "interleaved") -> dict[str, Any]:
+def bench_replay(size_mb: int, base: Path, engine: str = "interleaved", dirs: int = 1) -> dict[str, Any]:
     directory = base / "replay"
     started = time.perf_counter()
     entries = write_journal(directory, size_mb * 1024 * 1024)
+    for extra in _ledger_dirs(directory, dirs)[1:]:
+        (extra / "current").mkdir(parents=True)
     written_s = time.perf_counter() - started
-    storage = Storage(_config(directory, sync=True, engine=engine), lambda tokens: None, _NoReactor())
-    started = time.perf_counter()
+    config = _config(directory, sync=True, engine=engine, dirs=dirs)
+    storage = Storage(config, lambda tokens: None, _NoReactor())
+    started, cpu_started = time.perf_counter(), time.process_time()
     report = storage.start()
     start_s = time.perf_counter() - started
+    # The process's CPU time (every thread): on a loaded machine it moves far less than the wall clock.
+    cpu_s = time.process_time() - cpu_started
     storage._close_files(None)
     return {
         "journal_mb": report.bytes / 1e6,
@@ -84,6 +90,8 @@ def bench_replay(size_mb: int, base: Path, engine: str = "interleaved") -> dict[
         "scan_s": report.seconds,
         "start_s": start_s,
         "start_mb_per_s": report.bytes / 1e6 / start_s,
+        "cpu_s": cpu_s,
+        "mb_per_cpu_s": report.bytes / 1e6 / cpu_s,
     }
 
 
@@ -132,10 +140,16 @@ def bench_adds(base: Path, seconds: float, in_flight: int) -> dict[str, Any]:
     return result
 
 
-def _config(directory: Path, sync: bool, engine: str = "interleaved") -> StorageConfig:
+def _ledger_dirs(directory: Path, count: int) -> tuple[Path, ...]:
+    """`ledgers` (lastMark's), then `ledgers1`, `ledgers2`, ...: the db engine keeps ledger L in the
+    (L mod count)-th, so the journal's round-robin ledgers alternate directories record by record."""
+    return (directory / "ledgers", *(directory / f"ledgers{i}" for i in range(1, count)))
+
+
+def _config(directory: Path, sync: bool, engine: str = "interleaved", dirs: int = 1) -> StorageConfig:
     return StorageConfig(
         journal_dirs=(directory / "journal",),
-        ledger_dirs=(directory / "ledgers",),
+        ledger_dirs=_ledger_dirs(directory, dirs),
         journal_sync_data=sync,
         flush_interval_ms=60_000,
         engine=engine,
@@ -158,13 +172,16 @@ def drop_page_cache(directory: Path) -> int:
     return size
 
 
-def bench_cold_reads(base: Path, engine: str, count: int, drop: bool = False) -> dict[str, Any]:
+def bench_cold_reads(
+    base: Path, engine: str, count: int, drop: bool = False, dirs: int = 1
+) -> dict[str, Any]:
     """Reads of `count` random entries through a freshly started storage on the replayed dir: nothing in
     the bookie's caches (index pages / RocksDB blocks); the OS page cache as the replay left it, or with
     `drop` the bookie's files out of it once the storage has started (every read goes to the disk)."""
     import random
 
-    storage = Storage(_config(base / "replay", sync=True, engine=engine), lambda tokens: None, _NoReactor())
+    config = _config(base / "replay", sync=True, engine=engine, dirs=dirs)
+    storage = Storage(config, lambda tokens: None, _NoReactor())
     storage.start()
     last = {ledger_id: storage.read(ledger_id, -1)[1] for ledger_id in range(LEDGERS)}
     last_ids = {ledger_id: int.from_bytes(data[8:16], "big") for ledger_id, data in last.items()}
@@ -214,6 +231,7 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=None, help="work dir (default: a temp dir)")
     parser.add_argument("--replay-only", action="store_true", help="skip the add run")
     parser.add_argument("--storage", default="interleaved", help="interleaved or db (DbLedgerStorage)")
+    parser.add_argument("--dirs", type=int, default=1, help="ledger dirs (the db engine: one store each)")
     parser.add_argument(
         "--cold-reads",
         type=int,
@@ -223,15 +241,16 @@ def main() -> None:
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="bkctl-replay-", dir=args.dir))
     try:
-        replay = bench_replay(args.size_mb, base, args.storage)
+        replay = bench_replay(args.size_mb, base, args.storage, args.dirs)
         print(
             f"replay: {replay['journal_mb']:.0f} MB, {replay['entries']} entries "
             f"(journal written in {replay['write_journal_s']:.1f} s); scan {replay['scan_s']:.2f} s; "
-            f"start() {replay['start_s']:.2f} s = {replay['start_mb_per_s']:.0f} MB/s"
+            f"start() {replay['start_s']:.2f} s = {replay['start_mb_per_s']:.0f} MB/s; "
+            f"CPU {replay['cpu_s']:.2f} s = {replay['mb_per_cpu_s']:.0f} MB per CPU-second"
         )
         assert replay["entries"] == replay["expected_entries"], replay
         for drop in (False, True) if args.cold_reads else ():
-            cold = bench_cold_reads(base, args.storage, args.cold_reads, drop)
+            cold = bench_cold_reads(base, args.storage, args.cold_reads, drop, args.dirs)
             where = "page cache dropped" if drop else "page cache as left"
             rate = (
                 f"{cold['reads_per_s']:.0f} reads/s, {cold['failed']} failed; per read: "

@@ -165,6 +165,20 @@ class EntryLogWriter:
             self.position += part
             copied += part
 
+    def append_spans(self, records: memoryview, spans: list[int]) -> None:
+        """`append_records` of several slices of `records` (flat start, stop pairs), in order: each
+        copied straight into the buffer (replay over several ledger dirs: a dir's records interleave
+        with the others' in the journal)."""
+        for i in range(0, len(spans), 2):
+            start, stop = spans[i], spans[i + 1]
+            size, filled = stop - start, self._filled
+            if filled + size <= WRITE_BUFFER_SIZE:
+                self._buffer[filled : filled + size] = records[start:stop]
+                self._filled = filled + size
+                self.position += size
+            else:
+                self.append_records(records[start:stop])
+
     def write_records(self, ledger_id: int, records: memoryview) -> int:
         """Write one ledger's whole entry log records at `position` with one pwrite; returns that offset.
 

@@ -487,7 +487,11 @@ class GarbageCollector:
         in_logs: set[int] = set().union(*(sizes.keys() for sizes, _ in self._sizes.values()))
         # A ledger held again (re-created with the same id) is no longer known gone.
         self._gone = {i for i in self._gone & in_logs if not self.storage.holds_ledger(i)}
-        unindexed = sorted(i for i in in_logs - self._gone if not self.storage.holds_ledger(i))
+        unindexed = sorted(
+            i
+            for i in in_logs - self._gone
+            if not self.storage.holds_ledger(i) and not self.storage.held_elsewhere(i)
+        )
         kept = set()
         for ledger_id in unindexed:
             try:

@@ -48,6 +48,19 @@ class DirStorage:
     def retire_entry_log(self, log_id: int) -> None:
         self._storage.retire_entry_log(log_id, self._index)
 
+    def held_elsewhere(self, ledger_id: int) -> bool:
+        """A ledger another directory keeps and indexes: its records in this directory's logs (a
+        conversion from the interleaved engine leaves them, storage_convert.py) are garbage here, as
+        Java's per-directory collector counts them. One that directory does not index (the dirs given in
+        another order, a lost db) is not: its records here may be the only ones."""
+        return not self._mine(ledger_id) and self._storage.index_path(ledger_id) is not None
+
+    def holds_ledger(self, ledger_id: int) -> bool:
+        return self._mine(ledger_id) and self._storage.holds_ledger(ledger_id)
+
+    def _mine(self, ledger_id: int) -> bool:
+        return dir_of(ledger_id, self._storage.store_count) == self._index
+
     def ledger_ids(self) -> Deferred[set[int]]:
         count, index = self._storage.store_count, self._index
         every = self._storage.ledger_ids()

@@ -5,6 +5,11 @@ stored entry), so a run of consecutive DATA records goes to the entry log as one
 index location is the run's entry log offset plus the record's offset in the run. Per record the only
 Python work is one struct unpack, a few comparisons and one dict store.
 
+With several stores (the db engine's ledger dirs: ledger L in dir L mod n) consecutive records go to
+different entry logs: one pass notes every record's location in its store's log and the spans of the
+buffer each store gets (runs of one store's records), and each store's writer then copies its spans
+into its buffer (`take_runs`), instead of a run cut, and a call made, at every change of directory.
+
 The fast path takes only what the journal codec would yield as DATA (length 16..JOURNAL_RECORD_SIZE_MAX,
 entry id >= 0, the whole record in the buffer), and only for ledgers the bookie already admitted; it
 stops before anything else, which replay then hands to the codec and the storage's record handler.
@@ -23,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Final
 
 from crc32c import crc32c
@@ -136,90 +141,6 @@ class ReplayRuns:
                     digest.name,
                 )
 
-    def take(self, buffer: bytearray, pos: int, end: int) -> tuple[int, int]:
-        """Copy whole DATA records of admitted ledgers from buffer[pos:end]; (where it stopped, count)."""
-        stop, taken, log_full = self._take_fitting(buffer, pos, end)
-        if log_full:
-            # The ledgers map of the full log must count every byte written to it. A fresh log has
-            # room for any record, so one rotation is enough.
-            self._count_sizes()
-            self._writer.rotate()
-            stop, more, _ = self._take_fitting(buffer, stop, end)
-            taken += more
-        return stop, taken
-
-    def _take_fitting(self, buffer: bytearray, pos: int, end: int) -> tuple[int, int, bool]:
-        """Take the run that fits in the current entry log; (stop, count, stopped only for lack of room)."""
-        room_end = pos + self._writer.room()
-        stop, count = self._scan_run(buffer, pos, end, room_end)
-        if count:
-            self._write_run(buffer, pos, stop)
-        return stop, count, self._is_over_room(buffer, stop, end, room_end)
-
-    def _scan_run(self, buffer: bytearray, pos: int, end: int, room_end: int) -> tuple[int, int]:
-        """Note the locations of the run from `pos`; returns its end and its number of records.
-
-        The locations assume the run goes to the entry log at the writer's current position.
-        """
-        writer = self._writer
-        location_base = (writer.log_id << 32) + writer.position + _SIZE_PREFIX - pos
-        unpack = _RECORD_HEAD.unpack_from
-        unpack_crc = _CRC32C_VALUE.unpack_from
-        ledger_of = self._ledgers.get
-        limit = min(end, room_end)
-        last_head = end - _RECORD_HEAD.size
-        count = 0
-        view = memoryview(buffer)
-        while pos <= last_head:
-            size, ledger_id, entry_id = unpack(buffer, pos)
-            after = pos + _SIZE_PREFIX + size
-            if entry_id < 0 or size < jf.RECORD_KEY_SIZE or size > _RECORD_SIZE_MAX or after > limit:
-                break
-            ledger = ledger_of(ledger_id)
-            if ledger is None:
-                break
-            mode = ledger.mode
-            if mode == CRC32C:
-                if (
-                    after < pos + _CRC32C_PAYLOAD
-                    or crc32c(
-                        view[pos + _CRC32C_PAYLOAD : after],
-                        crc32c(view[pos + _SIZE_PREFIX : pos + _HEADER_END]),
-                    )
-                    != unpack_crc(buffer, pos + _HEADER_END)[0]
-                ):
-                    break  # `add` rejects it
-            elif mode != UNCHECKED and (
-                mode == PENDING or not _crc32_matches(view[pos + _SIZE_PREFIX : after])
-            ):
-                break
-            ledger.slots[entry_id] = location_base + pos
-            ledger.unsized += after - pos
-            pos = after
-            count += 1
-        view.release()
-        self.count += count
-        return pos, count
-
-    def _write_run(self, buffer: bytearray, start: int, stop: int) -> None:
-        writer = self._writer
-        with memoryview(buffer) as view:
-            writer.append_records(view[start:stop])
-        # The locations above hold 32-bit offsets: the entry log must not have grown past them.
-        ef.entry_location(writer.log_id, writer.position)
-
-    def _is_over_room(self, buffer: bytearray, pos: int, end: int, room_end: int) -> bool:
-        """Did the run stop only because the record at `pos` does not fit in the current entry log?"""
-        if room_end >= end or pos + _RECORD_HEAD.size > end:
-            return False
-        size, ledger_id, entry_id = _RECORD_HEAD.unpack_from(buffer, pos)
-        return (
-            entry_id >= 0
-            and jf.RECORD_KEY_SIZE <= size <= _RECORD_SIZE_MAX
-            and room_end < pos + _SIZE_PREFIX + size <= end
-            and ledger_id in self._ledgers
-        )
-
     def drain(self) -> dict[int, dict[int, int]]:
         """The slot maps (ledger id -> entry id -> location) noted so far; the runs start afresh."""
         self._count_sizes()
@@ -242,6 +163,119 @@ class ReplayRuns:
             if ledger.unsized:
                 sizes[ledger_id], ledger.unsized = ledger.unsized, 0
         self._writer.count_ledger_bytes(sizes)
+
+
+def take_runs(runs: Sequence[ReplayRuns], buffer: bytearray, pos: int, end: int) -> tuple[int, int]:
+    """Copy whole DATA records of admitted ledgers from buffer[pos:end], each to the entry log of its
+    ledger's store (`runs[ledger id % len(runs)]`, the db engine's rule for several ledger dirs);
+    (where it stopped, count).
+
+    One pass over the records notes every location; then each store's writer copies its spans of the
+    buffer (one span with one store, as always).
+    """
+    stop, taken, full = _take_fitting(runs, buffer, pos, end)
+    if full >= 0:
+        # The ledgers map of the full log must count every byte written to it. A fresh log has room
+        # for any record, so one rotation is enough.
+        runs[full]._count_sizes()
+        runs[full]._writer.rotate()
+        stop, more, _ = _take_fitting(runs, buffer, stop, end)
+        taken += more
+    return stop, taken
+
+
+def _take_fitting(runs: Sequence[ReplayRuns], buffer: bytearray, pos: int, end: int) -> tuple[int, int, int]:
+    """Take the records that fit in their stores' current entry logs; (stop, count, the store whose log
+    had no room for the record at `stop`, else -1)."""
+    spans: list[list[int]] = [[] for _ in runs]
+    counts = [0] * len(runs)
+    stop, full = _scan(runs, buffer, pos, end, spans, counts)
+    with memoryview(buffer) as view:
+        for store, store_spans in zip(runs, spans, strict=True):
+            if store_spans:
+                writer = store._writer
+                writer.append_spans(view, store_spans)
+                # The locations hold 32-bit offsets: the entry log must not have grown past them.
+                ef.entry_location(writer.log_id, writer.position)
+    for store, count in zip(runs, counts, strict=True):
+        store.count += count
+    return stop, sum(counts), full
+
+
+def _scan(
+    runs: Sequence[ReplayRuns],
+    buffer: bytearray,
+    pos: int,
+    end: int,
+    spans: list[list[int]],
+    counts: list[int],
+) -> tuple[int, int]:
+    """Note the locations of the records from `pos` and each store's spans of the buffer (flat start,
+    stop pairs); returns where it stopped and the store whose log had no room then (else -1).
+
+    The locations assume each store's records go to its entry log at its writer's current position,
+    in buffer order. The records are taken in runs of one store's (a store's run: one location base,
+    one room limit), so with one store the work per record is what it always was.
+    """
+    n = len(runs)
+    writers = [store._writer for store in runs]
+    rooms = [writer.room() for writer in writers]
+    bases = [(writer.log_id << 32) + writer.position + _SIZE_PREFIX for writer in writers]
+    filled = [0] * n
+    ledgers_of = [store._ledgers.get for store in runs]
+    unpack = _RECORD_HEAD.unpack_from
+    unpack_crc = _CRC32C_VALUE.unpack_from
+    last_head = end - _RECORD_HEAD.size
+    full = -1
+    count = 0
+    # The current run: its store, where it starts, the location of a record at p (base + p), the end
+    # its store's room allows, and the records before it.
+    store, start, base, limit, before = -1, pos, 0, 0, 0
+    ledger_of = ledgers_of[0]
+    view = memoryview(buffer)
+    while pos <= last_head:
+        size, ledger_id, entry_id = unpack(buffer, pos)
+        after = pos + _SIZE_PREFIX + size
+        if entry_id < 0 or size < jf.RECORD_KEY_SIZE or size > _RECORD_SIZE_MAX or after > end:
+            break
+        d = ledger_id % n
+        if d != store:
+            if pos > start:  # the run of another store ends here
+                spans[store] += (start, pos)
+                filled[store] += pos - start
+                counts[store] += count - before
+            store, start, before = d, pos, count
+            base = bases[d] + filled[d] - pos
+            limit = pos + rooms[d] - filled[d]
+            ledger_of = ledgers_of[d]
+        ledger = ledger_of(ledger_id)
+        if ledger is None:
+            break
+        if after > limit:
+            full = d
+            break
+        mode = ledger.mode
+        if mode == CRC32C:
+            if (
+                after < pos + _CRC32C_PAYLOAD
+                or crc32c(
+                    view[pos + _CRC32C_PAYLOAD : after],
+                    crc32c(view[pos + _SIZE_PREFIX : pos + _HEADER_END]),
+                )
+                != unpack_crc(buffer, pos + _HEADER_END)[0]
+            ):
+                break  # `add` rejects it
+        elif mode != UNCHECKED and (mode == PENDING or not _crc32_matches(view[pos + _SIZE_PREFIX : after])):
+            break
+        ledger.slots[entry_id] = base + pos
+        ledger.unsized += after - pos
+        pos = after
+        count += 1
+    view.release()
+    if pos > start:
+        spans[store] += (start, pos)
+        counts[store] += count - before
+    return pos, full
 
 
 def _crc32_matches(stored_entry: memoryview) -> bool:

@@ -12,8 +12,12 @@ passes its options), `ldb` needs `--ignore_unknown_options`.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Sequence
 from itertools import islice
 from pathlib import Path
@@ -40,6 +44,14 @@ BACKGROUND_JOBS: Final = 4
 WRITE_SLICE: Final = 1024  # local bound
 DEFAULT_FAMILY: Final = "default"  # RocksDB's default column family (the only one used)
 WAL_GLOB: Final = "*.log"  # RocksDB's write-ahead log files in the database's directory
+# Scratch directories of read-only and secondary opens, under the temp dir; the owner holds an flock on
+# the lock file in each for its life, so another open tells a dead owner's leftovers (kill -9 skips the
+# cleanup) from a live one's.
+SCRATCH_PREFIX: Final = "bkctl-rocksdb-"
+OWNER_LOCK: Final = "bkctl-owner.lock"
+SWEEP_MAX: Final = 64  # local bound: leftovers removed per open
+# A scratch directory without a lock file (made before the lock existed) is a leftover once this old.
+UNLOCKED_AGE_S: Final = 3600  # local bound
 
 
 def _options(huge: bool) -> rd.Options:
@@ -102,15 +114,16 @@ class KeyValueDb:
         if (read_only or secondary) and not (path / "CURRENT").is_file():
             raise CorruptDataError(f"{path}: no RocksDB database here (no CURRENT file)")
         self._scratch: tempfile.TemporaryDirectory[str] | None = None
+        self._owner_fd = -1
         where = path
         access = rd.AccessType.read_write()
         if secondary:
-            self._scratch = tempfile.TemporaryDirectory(prefix="bkctl-rocksdb-secondary-")
+            self._scratch, self._owner_fd = _scratch_dir("secondary-")
             access = rd.AccessType.secondary(self._scratch.name)
         elif read_only:
             # rocksdict writes its own rocksdict-config.json into the directory it opens, even read-only:
             # open a scratch directory of symlinks to the database's files instead, so nothing changes.
-            self._scratch = tempfile.TemporaryDirectory(prefix="bkctl-rocksdb-")
+            self._scratch, self._owner_fd = _scratch_dir("")
             where = Path(self._scratch.name)
             for item in path.iterdir():
                 (where / item.name).symlink_to(item.absolute())
@@ -245,5 +258,56 @@ class KeyValueDb:
 
     def _cleanup(self) -> None:
         if self._scratch is not None:
+            os.close(self._owner_fd)
+            self._owner_fd = -1
             self._scratch.cleanup()
             self._scratch = None
+
+
+def _scratch_dir(kind: str) -> tuple[tempfile.TemporaryDirectory[str], int]:
+    """A scratch directory of this process's (dead owners' leftovers removed first) and the descriptor
+    of its lock file, flocked until it is closed (or the process dies)."""
+    sweep_scratch()
+    scratch = tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX + kind)
+    fresh = Path(scratch.name) / (OWNER_LOCK + ".new")
+    fd = os.open(fresh, os.O_RDWR | os.O_CREAT | CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.rename(fresh, fresh.with_name(OWNER_LOCK))  # a sweeper sees the lock file only once it is held
+    return scratch, fd
+
+
+def sweep_scratch() -> int:
+    """Remove up to SWEEP_MAX scratch directories of dead owners from the temp dir (a scan process or
+    an offline command killed -9 leaves its own); a live owner's stays. Returns how many were removed."""
+    base = tempfile.gettempdir()
+    try:
+        with os.scandir(base) as entries:
+            found = [e for e in entries if e.name.startswith(SCRATCH_PREFIX)]
+    except OSError:
+        return 0
+    removed = 0
+    uid = os.getuid()
+    for entry in found:
+        if removed >= SWEEP_MAX:
+            break
+        with contextlib.suppress(OSError):  # gone meanwhile (another sweeper), or not ours to read
+            ours = entry.is_dir(follow_symlinks=False) and entry.stat(follow_symlinks=False).st_uid == uid
+            if ours and not _owner_alive(Path(entry.path)):
+                shutil.rmtree(entry.path, ignore_errors=True)
+                removed += 1
+    return removed
+
+
+def _owner_alive(directory: Path) -> bool:
+    """Whether a process holds the directory's lock (an flock dies with its process)."""
+    try:
+        fd = os.open(directory / OWNER_LOCK, os.O_RDWR | CLOEXEC)
+    except FileNotFoundError:
+        return time.time() - directory.stat().st_mtime < UNLOCKED_AGE_S
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # releases the lock if it was taken: the directory is removed next
+    return False

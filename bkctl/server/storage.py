@@ -41,12 +41,13 @@ from bkctl.server.entrylog import EntryLogReader, EntryLogWriter
 from bkctl.server.faults import fault_point
 from bkctl.server.fileio import write_durably
 from bkctl.server.journal import JournalSettings, JournalWriter, Mark, list_journals, remove_old_journals
-from bkctl.server.ledger_dirs import LedgerDirStore, dir_of, ledger_dir_stores
+from bkctl.server.ledger_dirs import LedgerDirStore, ledger_dir_stores
 from bkctl.server.ledger_storage import ENGINES, LedgerIndex
 from bkctl.server.metrics import StorageMetrics
 from bkctl.server.moves import Moved, write_moves
 from bkctl.server.read_cache import ReadCacheMetrics
 from bkctl.server.replay import ReplayProgress, ReplayReport, merge_reports, replay
+from bkctl.server.replay_runs import take_runs
 from bkctl.server.start_checks import rebuild_hint
 from bkctl.server.storage_kind import DB, INTERLEAVED, check_storage
 from bkctl.server.write_cache import SIZE_PREFIX, LedgerBuffer, WriteCache, shifted_slots
@@ -55,7 +56,6 @@ log = logging.getLogger("bkctl.bookie")
 
 MiB: Final = 1024 * 1024
 _KEY: Final = struct.Struct(">qq")
-_RECORD_HEAD: Final = struct.Struct(">iq")  # a journal DATA record's length and ledger id
 _ENTRY_LAC: Final = struct.Struct(">q")  # a packaged entry's LAC, after its ledger and entry ids
 _EOK: Final = int(ReturnCode.EOK)
 _EBADREQ: Final = int(ReturnCode.EBADREQ)
@@ -223,6 +223,7 @@ class Storage:
             config.read_cache_max_bytes,
             config.read_ahead_batch,
         )
+        self._replay_runs = [store.runs for store in self._stores]
         self.read_cache_metrics = ReadCacheMetrics()
         self._journals = [
             JournalWriter(config.journal_settings(i), reactor, on_durable, self.metrics, self._journal_failed)
@@ -321,18 +322,8 @@ class Storage:
 
     def _replay_take(self, buffer: bytearray, pos: int, end: int) -> tuple[int, int]:
         """The fast path: runs of DATA records of known ledgers straight to the entry log (of each
-        record's ledger directory: with several, a run ends where the next record's ledger is another's)."""
-        stores = self._stores
-        if len(stores) == 1:
-            stop, taken = stores[0].runs.take(buffer, pos, end)
-        else:
-            stop, taken = pos, 0
-            while stop + _RECORD_HEAD.size <= end:
-                ledger_id = _RECORD_HEAD.unpack_from(buffer, stop)[1]
-                stop, more = stores[dir_of(ledger_id, len(stores))].runs.take(buffer, stop, end)
-                if not more:
-                    break
-                taken += more
+        record's ledger directory: with several, each directory's records in one write)."""
+        stop, taken = take_runs(self._replay_runs, buffer, pos, end)
         if self._replay_count() >= REPLAY_SLOTS_MAX:
             self._write_replay_slots()
         return stop, taken
@@ -1061,6 +1052,11 @@ class Storage:
 
     def _indexed_ledger_ids(self) -> set[int]:
         return set().union(*(store.index.ledger_ids() for store in self._stores))
+
+    def held_elsewhere(self, ledger_id: int) -> bool:
+        """Whether another part of the bookie keeps the ledger (never: gc_dirs.DirStorage, one directory
+        of a db bookie, answers for the others)."""
+        return False
 
     def holds_ledger(self, ledger_id: int) -> bool:
         return ledger_id in self._ledgers or self.index_path(ledger_id) is not None

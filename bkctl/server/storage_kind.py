@@ -32,6 +32,8 @@ CLASSES: Final = {
 SERVED: Final = frozenset({INTERLEAVED, DB})
 # Beside a RocksDB db whose offline rebuild was killed while swapping the new db in (db_rebuild.py).
 REBUILT_SUFFIX: Final = ".rebuilt"
+# In the first ledger dir's current/ while a decided conversion is unfinished (storage_convert.py).
+CONVERT_STATE_NAME: Final = "convert.json"
 
 
 def configured_kind(storage_class: str | None) -> str:
@@ -70,6 +72,11 @@ def check_storage(kind: str, directories: Iterable[Path]) -> None:
     rebuild was killed while swapping it in (a bookie started there would see no db). Reads only."""
     for directory in directories:
         current = directory / "current"
+        if (current / CONVERT_STATE_NAME).exists():
+            raise ConflictError(
+                f"{current}: a conversion of this bookie's storage was killed after it was decided: refusing "
+                "to start, nothing was changed; run the same `bkctl bookie convert` again to finish it"
+            )
         swapping = [
             n for n in (dbf.LEDGERS_DB, dbf.LOCATIONS_DB) if (current / (n + REBUILT_SUFFIX)).exists()
         ]

@@ -262,10 +262,16 @@ async def test_convert_both_ways_verified_and_resumable(tmp_path: Path) -> None:
     storage.start()
     assert storage.read(2, 2998)[1].endswith(b"L2-E2998") and storage.read(1, 1)[0] == RC.ENOENTRY
     await storage.stop()
+    # A decided conversion not finished: no bookie starts, and only the same conversion runs.
+    (current / "convert.json").write_text('{"to": "db", "renames": []}')
+    with pytest.raises(ConflictError, match="run the same `bkctl bookie convert` again"):
+        Storage(config(tmp_path), Durable(), reactor).start()
+    code, _, _, refused = invoke("bookie", "convert", "--to", "interleaved", "--ledger-dir", str(ledger_dir))
+    assert code == 2 and "rerun with --to db" in str(refused)
+    (current / "convert.json").unlink()
     # A conversion killed after building its databases (staging left, old index whole): a rerun redoes it.
-    storage_convert._build_db(
-        current, storage_convert._index_files(current), storage_convert.ConvertReport("db")
-    )
+    dirs = (ledger_dir,)
+    storage_convert._build_db(dirs, storage_convert._index_files(dirs), storage_convert.ConvertReport("db"))
     assert (current / "locations.converting").is_dir()
     invoke_json("bookie", "convert", "--to", "db", "--ledger-dir", str(ledger_dir))
     assert _scan(current / dbf.LOCATIONS_DB) == java_locations  # key for key Java's

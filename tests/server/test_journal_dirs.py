@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
 
 import pytest
 from twisted.internet import reactor
@@ -19,7 +18,6 @@ from bkctl.protocol import journal_format as jf
 from bkctl.protocol.journal_format import RecordKind
 from bkctl.protocol.wire import ReturnCode as RC
 from bkctl.server.replay import replay
-from bkctl.server.replay_runs import ReplayRuns
 from bkctl.server.storage import Storage
 from tests.server.crash_writer import LEDGERS, assert_served_right, run_until_killed
 from tests.server.helpers import (
@@ -33,6 +31,7 @@ from tests.server.helpers import (
     twisted_test,
     wait_until,
 )
+from tests.server.test_replay_fast_path import counted_takes
 
 LEDGER_IDS = (0, 1, 2, 3, 4, 5, 7, 1 << 40, (1 << 63) - 1)
 
@@ -118,15 +117,7 @@ async def test_replay_of_every_journal_without_checkpoint(
     await wait_until(lambda: len(durable.tokens) == tokens_before + len(LEDGER_IDS[1::2]))
     abandon(storage)
 
-    taken: list[int] = []
-    real_take = ReplayRuns.take
-
-    def take(self: Any, buffer: bytearray, pos: int, end: int) -> tuple[int, int]:
-        stop, done = real_take(self, buffer, pos, end)
-        taken.append(done)
-        return stop, done
-
-    monkeypatch.setattr(ReplayRuns, "take", take)
+    taken = counted_takes(monkeypatch)
     again = Storage(config(tmp_path, journal_dirs=dirs), Durable(), reactor)
     report = again.start()
     assert report.entries == 50 * len(LEDGER_IDS) and not report.stops

@@ -26,9 +26,8 @@ from bkctl.protocol import journal_format as jf
 from bkctl.protocol.wire import ReturnCode as RC
 from bkctl.server import replay as replay_module
 from bkctl.server import storage as storage_module
-from bkctl.server.replay_runs import ReplayRuns
 from bkctl.server.storage import Storage
-from tests.server.helpers import KEY, Durable, ThreadedClock, abandon, config, packaged
+from tests.server.helpers import KEY, Durable, ThreadedClock, abandon, config, ledger_dirs, packaged
 from tests.storage_builders import journal_bytes, write
 
 UNKNOWN_SPECIAL_ID = -0x3000  # no record kind of ours: replay skips it
@@ -84,6 +83,20 @@ def replayed(directory: Path, fast: bool, monkeypatch: pytest.MonkeyPatch, **ove
             )
         storage = Storage(config(directory, **overrides), Durable(), ThreadedClock())
         return storage, storage.start()
+
+
+def counted_takes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The records each call of replay's fast path takes, from now on."""
+    taken: list[int] = []
+    real_take = storage_module.take_runs
+
+    def take(runs: Any, buffer: bytearray, pos: int, end: int) -> tuple[int, int]:
+        stop, count = real_take(runs, buffer, pos, end)
+        taken.append(count)
+        return stop, count
+
+    monkeypatch.setattr(storage_module, "take_runs", take)
+    return taken
 
 
 def close(*storages: Storage) -> None:
@@ -248,18 +261,60 @@ def test_random_journals_same_files_and_reads(
 
 def test_fast_path_is_taken(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Guard against a silently dead fast path: only each ledger's first entry goes record by record."""
-    taken: list[int] = []
-    real_take = ReplayRuns.take
-
-    def take(self: Any, buffer: bytearray, pos: int, end: int) -> tuple[int, int]:
-        stop, count = real_take(self, buffer, pos, end)
-        taken.append(count)
-        return stop, count
-
-    monkeypatch.setattr(ReplayRuns, "take", take)
+    taken = counted_takes(monkeypatch)
     bodies = [jf.encode_master_key(1, KEY)] + [_body(1, e, 200) for e in range(500)]
     write_journal(tmp_path, journal_bytes(6, bodies, pad_every=100))
     storage, report = replayed(tmp_path, True, monkeypatch)
     assert sum(taken) == 499 and report.entries == 500
     assert os.path.getsize(storage._writer.path) > 500 * 200
     close(storage)
+
+
+def test_fast_path_takes_records_alternating_between_ledger_dirs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The db engine over two dirs: consecutive records go to different dirs (ledger L to dir L mod 2),
+    and still every record but each ledger's first is taken by the fast path, in chunks of many."""
+    taken = counted_takes(monkeypatch)
+    bodies = [jf.encode_master_key(1, KEY), jf.encode_master_key(2, KEY)]
+    bodies += [_body(1 + e % 2, e // 2, 200) for e in range(1000)]
+    write_journal(tmp_path, journal_bytes(6, bodies, pad_every=100))
+    dirs = ledger_dirs(tmp_path, 2)
+    for directory in dirs:
+        (directory / "current").mkdir(parents=True, exist_ok=True)
+    storage, report = replayed(tmp_path, True, monkeypatch, engine="db", ledger_dirs=dirs)
+    assert sum(taken) == 998 and report.entries == 1000 and max(taken) > 90
+    for ledger_id in (1, 2):
+        assert [storage.read(ledger_id, e) for e in range(500)] == [
+            (RC.EOK, _body(ledger_id, e, 200)) for e in range(500)
+        ]
+    close(storage)
+
+
+@pytest.mark.parametrize("log_size_limit", [1024 * 1024 * 1024, 50_000])
+def test_db_over_three_dirs_same_entry_logs_and_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, log_size_limit: int
+) -> None:
+    """Records alternating ledger dirs (ledger L in dir L mod 3): each dir's entry logs come out byte
+    for byte as the record-by-record path writes them, rotations included, and every read agrees."""
+    monkeypatch.setattr(replay_module, "READ_CHUNK_SIZE", 64 * 1024 + 3)
+    data = journal_bytes(6, mixed_bodies(), pad_every=13) + bytes(4096)
+    results = {}
+    for name in ("fast", "slow"):
+        write_journal(tmp_path / name, data)
+        dirs = ledger_dirs(tmp_path / name, 3)
+        for directory in dirs:
+            (directory / "current").mkdir(parents=True, exist_ok=True)
+        storage, report = replayed(
+            tmp_path / name,
+            name == "fast",
+            monkeypatch,
+            engine="db",
+            ledger_dirs=dirs,
+            log_size_limit=log_size_limit,
+        )
+        logs = [(p.name, p.read_bytes()) for d in dirs for p in sorted((d / "current").glob("*.log"))]
+        results[name] = (logs, reads(storage, range(7), range(310)), report.entries)
+        close(storage)
+    assert results["fast"] == results["slow"]
+    assert len(results["fast"][0]) >= (10 if log_size_limit < 1024 * 1024 else 3)  # rotations in each dir

@@ -102,8 +102,13 @@ async def test_two_ledger_dirs_gc_each_and_answer_as_one(tmp_path: Path) -> None
         assert hits > 2500 and 0 < misses < 100  # 2 x 1500 entries read, 100 at a time read ahead
     finally:
         await service.stop()
-    code, _, _, refused = invoke("bookie", "convert", "--to", "interleaved", "-l", str(dirs[0]))
-    assert code == 2 and "2 ledger dirs" in str(refused)  # the cookie lists both
+    for given in ([dirs[0]], dirs[::-1]):  # the cookie lists both, in this order
+        code, _, _, refused = invoke("bookie", "convert", "--to", "interleaved", *_dir_args(given))
+        assert code == 2 and "give every one, in that order" in str(refused)
+
+
+def _dir_args(dirs: list[Path]) -> list[str]:
+    return [arg for d in dirs for arg in ("-l", str(d))]
 
 
 def _scrape(service: Any) -> str:
