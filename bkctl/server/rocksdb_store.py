@@ -244,9 +244,11 @@ class KeyValueDb:
         on; what it must not do is stop the bookie's writes. An exclusive manual compaction (RocksDB's
         default) holds back RocksDB's own compactions meanwhile, so the level-0 files of the memtable
         flushes made during a long one pile up into a write stall, and a stalled write holds the GIL:
-        not exclusive here."""
+        not exclusive here. The last level is rewritten too (RocksDB skips it by default): a compaction
+        asked for after many deletions is meant to drop their tombstones wherever they are."""
         options = rd.CompactOptions()
         options.set_exclusive_manual_compaction(False)
+        options.set_bottommost_level_compaction(rd.BottommostLevelCompaction.force_optimized())
         self._db.compact_range(None, None, options)
 
     def flush(self) -> None:
