@@ -172,7 +172,11 @@ class KeyValueDb:
         seen = self._unpersisted
         if self._persisted >= seen:
             return
-        self._db.flush(True)
+        try:
+            self._db.flush(True)
+        except Exception as exc:  # rocksdict raises plain Exception with RocksDB's status text
+            # An OSError, as a failed entry log write: the checkpoint fails, the bookie goes read-only.
+            raise OSError(f"{self.path}: RocksDB flush failed: {exc}") from None
         with self._persist_lock:
             self._persisted = max(self._persisted, seen)
 
