@@ -6,8 +6,9 @@ write cache and the checkpoint are the interleaved engine's; only where the inde
 this class answers the same calls as index.IndexStore (server/ledger_storage.py's LedgerIndex).
 
 As in Java, every ledger's state is read into memory at open; a checkpoint writes its locations after
-the entry log is fsynced (in slices, the WAL synced once: rocksdb_store.KeyValueDb.write_pairs), then
-the ledgers' state in a synced batch.
+the entry log is fsynced (in slices, into the memtable without the WAL: rocksdb_store.KeyValueDb.
+write_pairs), then the ledgers' state in a synced batch; the locations become durable when the bookie
+flushes the memtable (`persist`), before lastMark moves past them.
 """
 
 from __future__ import annotations
@@ -193,14 +194,29 @@ class DbLedgerIndex:
         self.write(ledger_id, header, {})
 
     def commit(self) -> None:
-        """The queued locations, synced, then the ledgers' state in a synced batch (Java's order)."""
+        """The queued locations into the memtable, then the ledgers' state in a synced batch.
+
+        The locations skip RocksDB's WAL: no record per entry, no fdatasync per checkpoint (each one a
+        disk cache flush the journal's fdatasync waits behind). They are durable once `persist` has
+        flushed them, which the bookie does before lastMark moves past their entries (a kill -9 before
+        that replays them from the journal) and before compaction's scan reads the database."""
         with self._lock:
             locations, self._pending_locations = self._pending_locations, []
             ledgers, self._pending_ledgers = self._pending_ledgers, {}
         if locations:
-            self._locations.write_pairs(locations)
+            self._locations.write_pairs(locations, wal=False)
         if ledgers:
             self._ledgers_store.write(ledgers)
+
+    @property
+    def unpersisted(self) -> bool:
+        """Whether committed locations may not be durable yet (see `persist`)."""
+        return self._locations_db is not None and self._locations_db.unpersisted
+
+    def persist(self) -> None:
+        """Every committed location durable, in SST files (RocksDB's flush, the GIL released)."""
+        if self._locations_db is not None:
+            self._locations_db.persist()
 
     def relocate(self, ledger_id: int, moves: list[tuple[array[int], bytes, bytes]]) -> int:
         """Compaction (Java's updateEntriesLocations, after the new entry log is fsynced): each entry

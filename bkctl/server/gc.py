@@ -588,7 +588,8 @@ class GarbageCollector:
         marker = marker_path(usage.path)
         await self._in_thread(_write_marker, marker)
         fault_point("compaction-marked")
-        await self.storage.when_idle()  # every slot naming this log is on disk now
+        await self.storage.when_idle()  # every slot naming this log is committed now
+        await self._in_thread(self.storage.persist_indexes)  # and durable, where the scan reads it
         index_paths = {}
         for ledger_id in self._sizes[usage.log_id][0]:
             path = self.storage.index_path(ledger_id)

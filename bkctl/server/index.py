@@ -316,6 +316,11 @@ class IndexStore:
     def commit(self) -> None:
         """Nothing to do: `write` fsyncs each file."""
 
+    unpersisted: bool = False  # every write is durable when it returns
+
+    def persist(self) -> None:
+        """Nothing to do (see `commit`)."""
+
     def close(self) -> None:
         self.forget_pages()
 

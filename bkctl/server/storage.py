@@ -88,6 +88,12 @@ CHECKPOINT_JITTER: Final = (0.5, 1.5)
 # fsync, a rename and a directory fsync, each a disk cache flush a concurrent add's journal fdatasync
 # waits behind) at most this often. A lagging lastMark only means a longer replay.
 COMPACTION_MARK_INTERVAL_S: Final = 1.0  # local bound
+# The db engine commits locations to RocksDB's memtable only (db_ledger_index.DbLedgerIndex.commit):
+# lastMark may move past them only once a memtable flush made them durable, an SST file, its fsync and a
+# MANIFEST fsync. A checkpoint the write cache's size started (10 a second at 40k adds/s) leaves lastMark
+# behind until this long since the last one; any other checkpoint (periodic, explicit, the stop's)
+# flushes and moves it. A kill -9 replays at most this much more journal.
+UNPERSISTED_MARK_INTERVAL_S: Final = 1.0  # local bound
 
 __all__ = ["Moved", "ReplayReport", "Storage", "StorageConfig"]
 
@@ -187,6 +193,7 @@ class _Checkpoint:
     marks: tuple[Mark, ...]  # one per journal, taken at the swap
     waiters: list[Deferred[None]] = field(default_factory=list)
     moves: list[Moved] = field(default_factory=list)  # compaction's records, copied after the cache's
+    mark_wanted: bool = True  # False: started by the write cache's size, lastMark may wait
 
 
 class Storage:
@@ -236,6 +243,7 @@ class Storage:
         self._waiters: list[Deferred[None]] = []
         self._idle_waiters: list[Deferred[None]] = []  # see when_idle
         self._moves: list[Moved] = []  # compaction batches for the next checkpoint
+        self._mark_wanted = False  # a waiter of the next checkpoint wants lastMark moved
         self._manual_read_only = config.read_only
         self._disk_full = False
         self._journal_broken = False
@@ -472,7 +480,7 @@ class Storage:
         metrics.adds += 1
         metrics.bytes_written += size
         if self._active.size_bytes >= self._checkpoint_at_bytes and self._running is None:
-            self._reactor.callLater(0, self._checkpoint_logged)
+            self._reactor.callLater(0, self._checkpoint_logged, False)
         return _EOK
 
     def _refusal(self, recovery: bool) -> int:
@@ -891,10 +899,12 @@ class Storage:
 
     # --- checkpoint -----------------------------------------------------------------------------
 
-    def checkpoint(self) -> Deferred[None]:
-        """Flush the write cache to the entry log and index (off the reactor thread), then lastMark."""
+    def checkpoint(self, mark: bool = True) -> Deferred[None]:
+        """Flush the write cache to the entry log and index (off the reactor thread), then lastMark;
+        `mark=False`: lastMark may wait for a later checkpoint (see UNPERSISTED_MARK_INTERVAL_S)."""
         done: Deferred[None] = Deferred()
         self._waiters.append(done)
+        self._mark_wanted = self._mark_wanted or mark
         if self._running is None:
             self._start_checkpoint()
         return done
@@ -904,8 +914,10 @@ class Storage:
 
     def _start_checkpoint(self) -> None:
         self._checkpoint_at_bytes = self._next_checkpoint_at()
-        run = _Checkpoint(self._active, self._dirty_headers(), self._marks(), self._waiters, self._moves)
-        self._waiters, self._moves = [], []
+        run = _Checkpoint(
+            self._active, self._dirty_headers(), self._marks(), self._waiters, self._moves, self._mark_wanted
+        )
+        self._waiters, self._moves, self._mark_wanted = [], [], False
         self._active, self._flushing, self._running = WriteCache(), run.cache, run
         pool = self._reactor.getThreadPool()
         deferred = deferToThreadPool(self._reactor, pool, self._checkpoint_in_thread, run)
@@ -930,8 +942,12 @@ class Storage:
             for store in self._stores:
                 store.writer.discard_unflushed()
             raise
-        if run.moves and time.monotonic() - self._marks_written_at < COMPACTION_MARK_INTERVAL_S:
+        since = time.monotonic() - self._marks_written_at
+        if run.moves and since < COMPACTION_MARK_INTERVAL_S:
             return  # lastMark may lag (replay covers more); see COMPACTION_MARK_INTERVAL_S
+        if not run.mark_wanted and since < UNPERSISTED_MARK_INTERVAL_S and self._index_unpersisted():
+            fault_point("checkpoint-unpersisted")  # locations in the memtable only, lastMark behind them
+            return  # the same, to flush the db engine's memtable less often
         self._write_last_marks(run.marks)
         self._remove_old_journals(run.marks)
 
@@ -1004,8 +1020,18 @@ class Storage:
             return moves
         return [m for m in moves if len(m) and self._store_of(m.ledgers[0]) is store]
 
+    def _index_unpersisted(self) -> bool:
+        return any(store.index.unpersisted for store in self._stores)
+
+    def persist_indexes(self) -> None:
+        """Every committed location durable (blocking: call off the reactor thread). Compaction's scan
+        reads the db engine's locations through a RocksDB secondary, which sees no memtable."""
+        for store in self._stores:
+            store.index.persist()
+
     def _write_last_marks(self, marks: tuple[Mark, ...]) -> None:
-        """Every journal's mark to every ledger dir (after the entry log and index are fsynced)."""
+        """Every journal's mark to every ledger dir, once the entry log and index are durable."""
+        self.persist_indexes()
         for directory in self._ledger_currents:
             for index, mark in enumerate(marks):
                 write_durably(directory / self._last_mark_name(index), jf.encode_last_mark(*mark))
@@ -1029,9 +1055,9 @@ class Storage:
         if self._running is None:
             self._checkpoint_logged()
 
-    def _checkpoint_logged(self) -> None:
+    def _checkpoint_logged(self, mark: bool = True) -> None:
         if self._running is None and self._stopping is None:
-            self.checkpoint().addErrback(lambda failure: None)
+            self.checkpoint(mark).addErrback(lambda failure: None)
 
     # --- garbage collection and compaction (bkctl/server/gc.py drives them) ------------------------
 

@@ -79,9 +79,14 @@ def main() -> None:
 
 
 def run_until_killed(
-    directory: Path, journal_count: int = 1, engine: str = "interleaved", ledger_dir_count: int = 1
+    directory: Path,
+    journal_count: int = 1,
+    engine: str = "interleaved",
+    ledger_dir_count: int = 1,
+    fault: str = "",
 ) -> list[tuple[int, int]]:
-    """Run the writer on `directory` until ACKED_MIN adds are acknowledged, SIGKILL it; the acknowledged."""
+    """Run the writer on `directory` until ACKED_MIN adds are acknowledged, SIGKILL it; the acknowledged.
+    With `fault`, the writer kills itself at that fault point (bkctl/server/faults.py) instead."""
     args = [str(directory), str(journal_count), engine, str(ledger_dir_count)]
     child = subprocess.Popen(
         [sys.executable, "-m", "tests.server.crash_writer", *args],
@@ -89,6 +94,7 @@ def run_until_killed(
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
+        env={**os.environ, "BKCTL_FAULT_POINT": fault},
     )
     acked: list[tuple[int, int]] = []
 
@@ -102,12 +108,16 @@ def run_until_killed(
     reader = threading.Thread(target=collect, daemon=True)
     reader.start()
     deadline = time.monotonic() + DEADLINE_S
-    while len(acked) < ACKED_MIN and time.monotonic() < deadline and child.poll() is None:
+    enough = 1 if fault else ACKED_MIN
+    while (fault or len(acked) < ACKED_MIN) and time.monotonic() < deadline and child.poll() is None:
         time.sleep(0.01)
+    died_at_fault = child.poll() is not None
     child.send_signal(signal.SIGKILL)
-    child.wait(WAIT_S)
+    code = child.wait(WAIT_S)
     reader.join(WAIT_S)
-    assert len(acked) >= ACKED_MIN, f"only {len(acked)} acknowledged before the deadline"
+    assert code == -signal.SIGKILL, f"the writer exited with {code}"
+    assert died_at_fault or not fault, f"the writer never reached fault point {fault}"
+    assert len(acked) >= enough, f"only {len(acked)} acknowledged before the kill"
     return acked
 
 

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 from twisted.internet import reactor
+from twisted.internet.task import LoopingCall
 
 from bkctl.errors import ConflictError, UsageError
 from bkctl.protocol import db_format as dbf
 from bkctl.protocol.wire import ReturnCode as RC
-from bkctl.server.db_ledger_index import open_ledgers, open_locations, read_ledgers
+from bkctl.server.db_ledger_index import DbLedgerIndex, open_ledgers, open_locations, read_ledgers
 from bkctl.server.rocksdb_store import BLOCK_CACHE_SIZE, BLOOM_BITS_PER_KEY, KeyValueDb
 from bkctl.server.storage import Storage
 from tests.conftest import REPO
@@ -101,6 +102,19 @@ async def test_every_acknowledged_entry_survives_sigkill(tmp_path: Path) -> None
     storage = Storage(config(tmp_path, engine="db"), Durable(), reactor)
     report = storage.start()
     assert report.start_mark[1] > 512  # from a checkpoint mid-journal
+    assert_served_right(storage, acked)
+    await storage.stop()
+
+
+@twisted_test
+async def test_acknowledged_entries_survive_sigkill_while_locations_are_in_the_memtable_only(
+    tmp_path: Path,
+) -> None:
+    # Killed at a checkpoint that left its locations out of the WAL and lastMark behind them (the 50th:
+    # after adds were acknowledged; the writer checkpoints every 64 KiB).
+    acked = run_until_killed(tmp_path, engine="db", fault="checkpoint-unpersisted*50")
+    storage = Storage(config(tmp_path, engine="db"), Durable(), reactor)
+    storage.start()
     assert_served_right(storage, acked)
     await storage.stop()
 
@@ -297,3 +311,46 @@ async def test_deleted_ledger_leaves_both_databases(tmp_path: Path) -> None:
     locations = KeyValueDb(tmp_path / "ledgers" / "current" / dbf.LOCATIONS_DB, huge=True, read_only=True)
     assert {dbf.decode_location_key(k)[0] for k, _ in locations.items()} == {6}
     locations.close()
+
+
+@twisted_test
+async def test_reads_and_adds_are_served_while_entry_locations_compact(tmp_path: Path) -> None:
+    # Locations of a ledger the bookie never wrote, in several SST files: enough for the compaction
+    # to take a while, as a grown locations db's does.
+    current = tmp_path / "ledgers" / "current"
+    current.mkdir(parents=True)
+    filler = open_locations(current)
+    for part in range(4):
+        ids = range(part, 400_000, 4)
+        filler.write_pairs([(dbf.location_key(99, e), e.to_bytes(8, "big")) for e in ids], wal=False)
+        filler.persist()
+    filler.close()
+    durable = Durable()
+    storage = started(tmp_path, durable, engine="db")
+    await add_all(storage, durable, 5, 50)
+    await storage.checkpoint()
+    index = storage.store(0).index
+    assert isinstance(index, DbLedgerIndex)
+    served: list[int] = []
+
+    def serve() -> None:
+        # On the reactor thread, as the bookie's requests: a location lookup in RocksDB and an add.
+        if not index.compacting:
+            return
+        entry_id = len(served)
+        assert storage.read(5, entry_id % 50) == (RC.EOK, packaged(5, entry_id % 50))
+        assert storage.add(6, entry_id, KEY, packaged(6, entry_id), False, None) == RC.EOK
+        served.append(entry_id)
+
+    ticker = LoopingCall(serve)
+    ticker.start(0.001)
+    compacted = storage.compact_entry_locations()
+    assert compacted is not None
+    try:
+        assert await compacted
+    finally:
+        ticker.stop()
+    # Served between the compaction's start and its end (a compaction holding the GIL allows none).
+    assert len(served) >= 3, served
+    assert [storage.read(6, e) for e in served] == [(RC.EOK, packaged(6, e)) for e in served]
+    await storage.stop()
