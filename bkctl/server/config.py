@@ -86,6 +86,7 @@ class BookieConfig:
     minor_compaction_interval_s: int = 3600
     major_compaction_threshold: float = 0.8
     major_compaction_interval_s: int = 86_400
+    entry_location_compaction_interval_s: int = -1  # db engine; <= 0: off (Java's default)
     compaction_rate_by_entries: int = 100_000  # Java: 1000; 0 = unthrottled
     compaction_rate_by_bytes: int = 1_000_000
     throttle_by_bytes: bool = False
@@ -251,6 +252,9 @@ KEYS: Final[Mapping[str, Setter]] = {
     "minorCompactionInterval": _field("minor_compaction_interval_s", lambda k, v: _int(k, v, -1, 1 << 32)),
     "majorCompactionThreshold": _field("major_compaction_threshold", lambda k, v: _float(k, v, -1.0, 1.0)),
     "majorCompactionInterval": _field("major_compaction_interval_s", lambda k, v: _int(k, v, -1, 1 << 32)),
+    "entryLocationCompactionInterval": _field(
+        "entry_location_compaction_interval_s", lambda k, v: _int(k, v, -1, 1 << 32)
+    ),
     "compactionRate": lambda k, v: {"_compaction_rate": _int(k, v, 0, 1 << 31)},
     "compactionRateByEntries": _field("compaction_rate_by_entries", lambda k, v: _int(k, v, 0, 1 << 31)),
     "compactionRateByBytes": _field("compaction_rate_by_bytes", lambda k, v: _int(k, v, 0, 1 << 40)),
@@ -363,6 +367,12 @@ def _validate(config: BookieConfig) -> BookieConfig:
         raise UsageError("config keys journalDirectories and ledgerDirectories share a directory")
     if config.journal_prealloc_size % config.journal_alignment:
         raise UsageError("config key journalPreAllocSizeMB: not a multiple of journalAlignmentSize")
+    elc_s = config.entry_location_compaction_interval_s
+    if 0 < elc_s * 1000 < config.gc_wait_ms:  # Java refuses it too: the GC run is what checks it
+        raise UsageError(
+            f"config key entryLocationCompactionInterval: {elc_s} s is shorter than gcWaitTime "
+            f"{config.gc_wait_ms} ms"
+        )
     if config.bookie_id is None and config.advertised_address is not None:
         BookieId.parse(config.resolved_bookie_id())
     return config

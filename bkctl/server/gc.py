@@ -34,6 +34,7 @@ reactor while no checkpoint runs (`Storage.when_idle`); unlinks go to a pool thr
 from __future__ import annotations
 
 import logging
+import random
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -95,6 +96,7 @@ class GcSettings:
     minor_interval_s: int = 3600  # minorCompactionInterval (<= 0: off)
     major_threshold: float = 0.8  # majorCompactionThreshold
     major_interval_s: int = 86_400  # majorCompactionInterval
+    entry_location_interval_s: int = -1  # entryLocationCompactionInterval (db engine; <= 0: off)
     rate_entries: int = 100_000  # compactionRateByEntries (Java: 1000); 0 = unthrottled
     rate_bytes: int = 1_000_000  # compactionRateByBytes; 0 = unthrottled
     throttle_by_bytes: bool = False  # isThrottleByBytes
@@ -116,6 +118,7 @@ class GcMetrics:
     bytes_reclaimed_by_compaction: int = 0  # of bytes_reclaimed (the rest: logs removed whole)
     major_compactions: int = 0
     minor_compactions: int = 0
+    entry_location_compactions: int = 0
     seconds_total: float = 0.0
     last_seconds: float = 0.0
     runtime: OpStat = field(default_factory=OpStat)  # Java's THREAD_RUNTIME: each run's ms, with quantiles
@@ -220,7 +223,9 @@ class GarbageCollector:
         self._stopped = False
         self._sizes: dict[int, tuple[dict[int, int], bool]] = {}  # per old log: immutable once written
         now = time.time()
-        self.last_major = self.last_minor = now
+        self.last_major = self.last_minor = self.last_entry_location = now
+        # Java waits the interval plus a random part of it: bookies started together compact apart.
+        self._entry_location_delay = random.uniform(0, max(settings.entry_location_interval_s, 0))
         self.phase = "idle"
         self.last_run: GcReport | None = None
         self.last_error: str | None = None
@@ -269,8 +274,10 @@ class GarbageCollector:
             "minorCompacting": self.phase == "compacting" and self._compacting == "minor",
             "lastMajorCompactionTime": int(self.last_major * 1000),
             "lastMinorCompactionTime": int(self.last_minor * 1000),
+            "lastEntryLocationCompactionTime": int(self.last_entry_location * 1000),
             "majorCompactionCounter": m.major_compactions,
             "minorCompactionCounter": m.minor_compactions,
+            "entryLocationCompactionCounter": m.entry_location_compactions,
             "running": self.running,
             "phase": self.phase,
             "isMajorGcSuspended": self.major_suspended,
@@ -317,6 +324,8 @@ class GarbageCollector:
             if not self._halted():
                 self.phase = "entry-logs"
                 await self._collect_logs(report, force_major, force_minor)
+            if not self._halted():
+                await self._compact_entry_locations_when_due()
         finally:
             self.phase = "idle"
             self._compacting = ""
@@ -341,6 +350,22 @@ class GarbageCollector:
             seconds,
         )
         return report
+
+    async def _compact_entry_locations_when_due(self) -> None:
+        """Java's periodic entry location compaction (entryLocationCompactionInterval): the db engine's
+        locations dbs compacted in RocksDB (the admin endpoint's PUT, on a timer); nothing on the
+        interleaved engine."""
+        interval = self.settings.entry_location_interval_s
+        if interval <= 0 or time.time() - self.last_entry_location <= interval + self._entry_location_delay:
+            return
+        run = self.storage.compact_entry_locations()
+        if run is None:
+            return
+        self.phase = "entry-locations"
+        if await run:  # False: one was already running (started by the endpoint)
+            self.metrics.entry_location_compactions += 1
+        self.last_entry_location = time.time()
+        self._entry_location_delay = random.uniform(0, interval)
 
     def _halted(self) -> bool:
         return self._stopped or self.storage.stopping

@@ -48,6 +48,9 @@ class DirStorage:
     def retire_entry_log(self, log_id: int) -> None:
         self._storage.retire_entry_log(log_id, self._index)
 
+    def compact_entry_locations(self) -> Deferred[bool] | None:
+        return self._storage.compact_entry_locations(self._index)  # this directory's db, as Java's
+
     def held_elsewhere(self, ledger_id: int) -> bool:
         """A ledger another directory keeps and indexes: its records in this directory's logs (a
         conversion from the interleaved engine leaves them, storage_convert.py) are garbage here, as
@@ -170,6 +173,7 @@ class GcGroup:
             {
                 "majorCompactionCounter": self.metrics.major_compactions,
                 "minorCompactionCounter": self.metrics.minor_compactions,
+                "entryLocationCompactionCounter": self.metrics.entry_location_compactions,
                 "last_run": merged_report(runs) if runs else None,
                 "last_error": "; ".join(errors) or None,
                 "unindexed_kept": self.unindexed_kept,

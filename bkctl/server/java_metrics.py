@@ -93,6 +93,12 @@ def _gc_lines(gc: Collector) -> Iterator[str]:
     yield from metric(
         "bookie_gc_MINOR_COMPACTION_COUNT", "counter", "Minor compactions.", m.minor_compactions
     )
+    yield from metric(  # Java 4.18's ENTRY_LOCATION_COMPACTION_TOTAL; not in 4.14.8, so bkctl's name
+        "bkctl_bookie_gc_entry_location_compactions",
+        "counter",
+        "Entry location compactions (entryLocationCompactionInterval).",
+        m.entry_location_compactions,
+    )
     yield from metric(
         "bookie_gc_DELETED_LEDGER_COUNT", "counter", "Ledgers deleted by GC.", m.ledgers_deleted
     )

@@ -96,6 +96,7 @@ def gc_settings(config: BookieConfig) -> GcSettings:
         minor_interval_s=config.minor_compaction_interval_s,
         major_threshold=config.major_compaction_threshold,
         major_interval_s=config.major_compaction_interval_s,
+        entry_location_interval_s=config.entry_location_compaction_interval_s,
         rate_entries=config.compaction_rate_by_entries,
         rate_bytes=config.compaction_rate_by_bytes,
         throttle_by_bytes=config.throttle_by_bytes,

@@ -1165,11 +1165,13 @@ class Storage:
     def _db_indexes(self) -> list[DbLedgerIndex]:
         return [store.index for store in self._stores if isinstance(store.index, DbLedgerIndex)]
 
-    def compact_entry_locations(self) -> Deferred[bool] | None:
-        """Compact the db engine's locations dbs (one per ledger dir, one after the other) in a pool
-        thread (True when done); None on the interleaved engine, which has no such db. A compaction
-        already running is not started again."""
+    def compact_entry_locations(self, store: int | None = None) -> Deferred[bool] | None:
+        """Compact the db engine's locations dbs (one per ledger dir, one after the other; or the
+        `store`th dir's alone) in a pool thread (True when done); None on the interleaved engine, which
+        has no such db. A compaction already running is not started again."""
         indexes = self._db_indexes()
+        if store is not None:
+            indexes = [index for index in indexes if index is self._stores[store].index]
         if not indexes:
             return None
         if any(index.compacting for index in indexes):

@@ -153,6 +153,9 @@ def test_bad_values_name_the_key(key: str, value: str) -> None:
 def test_cross_checks() -> None:
     with pytest.raises(UsageError, match="diskUsageLwmThreshold"):
         load_config({"diskUsageThreshold": "0.8", "diskUsageLwmThreshold": "0.85"})
+    with pytest.raises(UsageError, match="entryLocationCompactionInterval: 60 s is shorter than gcWaitTime"):
+        load_config({"entryLocationCompactionInterval": "60"})  # gcWaitTime 600000 ms
+    assert load_config({"entryLocationCompactionInterval": "60", "gcWaitTime": "0"})
     with pytest.raises(UsageError, match="share a directory"):
         load_config({"journalDirectories": "/x", "ledgerDirectories": "/x"})
 

@@ -14,6 +14,7 @@ import pytest
 
 from bkctl.protocol import db_format as dbf
 from bkctl.protocol import wire
+from bkctl.server.gc import GarbageCollector
 from tests.server.test_db_storage import ldb_logs_named
 from tests.server_net.live import in_thread, metadata_uri, start_bookie, twisted_test
 from tests.server_net.test_gc import (
@@ -120,7 +121,7 @@ def _scrape(service: Any) -> str:
 async def test_compaction_moves_locations_in_rocksdb(tmp_path: Path) -> None:
     uri = metadata_uri(tmp_path)
     await in_thread(layout_call, uri, "create", [1, 2, 3, 4])
-    flags = {**GC_FLAGS, "ledgerStorageClass": dbf.STORAGE_CLASS}
+    flags = {**GC_FLAGS, "ledgerStorageClass": dbf.STORAGE_CLASS, "entryLocationCompactionInterval": "3600"}
     service = await start_bookie(tmp_path, uri=uri, **flags)
     current = tmp_path / "b1" / "ledgers" / "current"
     try:
@@ -146,6 +147,13 @@ async def test_compaction_moves_locations_in_rocksdb(tmp_path: Path) -> None:
         assert details["majorCompactionCounter"] == 1 and details["totals"]["entries_moved"] > 0
         metrics = await in_thread(_metrics, service)
         assert "bookie_gc_MAJOR_COMPACTION_COUNT 1" in metrics
+        assert "bkctl_bookie_gc_entry_location_compactions 0" in metrics  # not due within the hour
+        assert isinstance(service.gc, GarbageCollector)
+        service.gc.last_entry_location -= 7200  # the interval and its random part (< 1 h) have passed
+        await gc_run(service)
+        [details] = await in_thread(http, service, "GET", "/api/v1/bookie/gc_details")
+        assert details["entryLocationCompactionCounter"] == 1, details
+        assert "bkctl_bookie_gc_entry_location_compactions 1" in await in_thread(_metrics, service)
         for ledger_id in (2, 4):
             await in_thread(_read_parts, service, ledger_id)
     finally:
