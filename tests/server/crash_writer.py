@@ -27,8 +27,11 @@ from tests.server.helpers import KEY, WAIT_S, config, journal_dirs, ledger_dirs,
 reactor: Any = _reactor
 LEDGERS = 5
 LIFETIME_S = 60.0
-# Past many checkpoints (50 ms apart), so replay starts from a lastMark mid-journal.
+# Past many checkpoints (50 ms apart), so replay starts from a lastMark mid-journal: killed at ACKED_MIN
+# acknowledged adds, or at the deadline with at least ACKED_ENOUGH (a loaded machine, where each of the
+# db engine's checkpoints also flushes RocksDB's memtable, may not reach ACKED_MIN within it).
 ACKED_MIN = 20_000
+ACKED_ENOUGH = 2_000
 DEADLINE_S = 30.0
 # Entries past each ledger's last acknowledged one that are read back after the restart.
 UNACKED_CHECKED = 1000
@@ -108,7 +111,7 @@ def run_until_killed(
     reader = threading.Thread(target=collect, daemon=True)
     reader.start()
     deadline = time.monotonic() + DEADLINE_S
-    enough = 1 if fault else ACKED_MIN
+    enough = 1 if fault else ACKED_ENOUGH
     while (fault or len(acked) < ACKED_MIN) and time.monotonic() < deadline and child.poll() is None:
         time.sleep(0.01)
     died_at_fault = child.poll() is not None
