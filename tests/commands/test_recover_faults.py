@@ -15,9 +15,14 @@ from pathlib import Path
 import pytest
 
 from bkctl.errors import ExitCode
-from bkctl.metadata.layout import Layout
-from bkctl.metadata.stores import open_store
-from tests.commands.sandbox_proc import Sandbox, assert_fully_replicated, bkctl, naming, write_ledgers
+from tests.commands.sandbox_proc import (
+    Sandbox,
+    assert_fully_replicated,
+    bkctl,
+    naming,
+    registered,
+    write_ledgers,
+)
 from tests.commands.test_sandbox_supervision import bookie_pids, until
 from tests.conftest import REPO
 
@@ -27,9 +32,7 @@ pytestmark = pytest.mark.slow
 def kill_bookie(root: Path, uri: str, bookie: str) -> None:
     """kill -9, then its registration waited out (read in-process: each look is no process start)."""
     os.kill(bookie_pids(root)[int(bookie.rsplit(":", 1)[1])], signal.SIGKILL)
-    with open_store(uri) as store:
-        layout = Layout(store)
-        until(lambda: bookie not in {*layout.bookies(), *layout.bookies(readonly=True)}, "session expired")
+    until(lambda: bookie not in registered(uri), "session expired")
 
 
 def recover(uri: str, bookie: str, *args: str) -> subprocess.Popen[str]:
