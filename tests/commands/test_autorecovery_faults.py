@@ -59,7 +59,9 @@ def test_a_worker_killed_mid_copy_is_finished_by_the_other(tmp_path: Path) -> No
         ready = sandbox.wait_ready()
         uri = str(ready["metadata_uri"])
         bookies = list(ready["bookies"])  # type: ignore[call-overload]
-        ledgers = write_ledgers(uri, 10, 4000, 1000)
+        # 2 MB ledgers: a copy holds its lock long enough to be seen by a look every 0.1 s, and every
+        # entry is copied and read back in full at the end.
+        ledgers = write_ledgers(uri, 10, 2000, 1000)
         daemons = {name: daemon(uri, name) for name in ("10.0.0.1:1", "10.0.0.2:1")}
         with open_store(uri) as store:
             layout = Layout(store)
