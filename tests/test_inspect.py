@@ -42,7 +42,6 @@ from tests.storage_builders import (
 BOOKIES = ("bookie1", "bookie2", "bookie3")
 JOURNAL_IDS = {"bookie1": "1a200fa8f95", "bookie2": "1a200fa8ff2", "bookie3": "1a200fa8e99"}
 MASTER_KEY = "3b56e4145429cee1d2a84df4f6a4cb8ad7173a46"
-APP = build_app()
 
 
 def _hashes(root: Path) -> dict[str, str]:
@@ -60,8 +59,9 @@ def golden_files_untouched() -> Iterator[None]:
 
 
 def invoke(*args: str) -> tuple[int, str, str, BaseException | None]:
-    """Run a command in-process: (exit code as the process would exit, stdout, stderr, exception)."""
-    result = CliRunner().invoke(APP, list(args), catch_exceptions=True)
+    """Run a command in-process: (exit code as the process would exit, stdout, stderr, exception).
+    The app with only this command, as `bkctl` builds it (the whole app took 90 ms per call to convert)."""
+    result = CliRunner().invoke(build_app(list(args)), list(args), catch_exceptions=True)
     exc = result.exception
     if isinstance(exc, BkctlError):
         return int(exc.exit_code), result.stdout, result.stderr, exc

@@ -39,14 +39,16 @@ BAR = "\u2501"  # rich's progress bar
 SGR = "\x1b\\[[0-9;]*m"  # a colour or text style escape
 
 
-@pytest.fixture
-def metadata(tmp_path: Path) -> Iterator[str]:
+@pytest.fixture(scope="module")
+def metadata(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """The first Java dump (ledger 1 OPEN, three registered bookies) in SQLite; the loading session
-    stays open so the bookies stay registered (rw)."""
-    store = SqliteStore(str(tmp_path / "metadata.db"), session_timeout_ms=60_000)
+    stays open so the bookies stay registered (rw). One per module: its tests only read it (a load
+    takes seconds of fsyncs)."""
+    path = tmp_path_factory.mktemp("terminal") / "metadata.db"
+    store = SqliteStore(str(path), session_timeout_ms=60_000)
     load_dump(store, DUMP_1)
     try:
-        yield f"sqlite://{tmp_path / 'metadata.db'}"
+        yield f"sqlite://{path}"
     finally:
         store.close()
 

@@ -17,12 +17,14 @@ import os
 import queue
 import socket
 import sqlite3
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from bkctl import limits
@@ -64,10 +66,13 @@ from bkctl.metadata.store import (
 )
 
 if TYPE_CHECKING:
-    import sqlite_utils  # imported where used, as below: only the SQLite store needs it
+    import sqlite_utils  # imported where used (`_sqlite_utils`): only the SQLite store needs it
 
 T = TypeVar("T")
 SCHEMA_VERSION = 1
+# sqlite-utils imports these when they are installed (the spark extra brings both), for column types
+# bkctl never stores: 0.7 s of CPU in every process that opens a SQLite store.
+SQLITE_UTILS_SKIPS = ("pandas", "numpy")
 STAT_COLUMNS = (
     "version, cversion, ctime_ms, mtime_ms, ephemeral_owner, length(data), num_children, czxid, mzxid"
 )
@@ -135,11 +140,25 @@ def snapshot(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
             conn.execute("COMMIT")
 
 
+def _sqlite_utils() -> ModuleType:
+    """sqlite_utils, imported (the first time) without SQLITE_UTILS_SKIPS unless they are already loaded:
+    a None in sys.modules makes their import fail, which sqlite-utils takes as "not installed"."""
+    if "sqlite_utils" not in sys.modules:
+        hidden = [name for name in SQLITE_UTILS_SKIPS if name not in sys.modules]
+        for name in hidden:
+            sys.modules[name] = None  # type: ignore[assignment]
+        try:
+            import sqlite_utils  # noqa: F401
+        finally:
+            for name in hidden:
+                if sys.modules.get(name, 0) is None:
+                    del sys.modules[name]
+    return sys.modules["sqlite_utils"]
+
+
 def init_schema(conn: sqlite3.Connection) -> None:
     """Create the tables and the root node if missing (idempotent, safe against racing processes)."""
-    import sqlite_utils
-
-    db = sqlite_utils.Database(conn)
+    db = _sqlite_utils().Database(conn)
     with immediate(conn):
         db.table("meta").create({"key": str, "value": str}, pk="key", if_not_exists=True)
         db.table("nodes").create(
@@ -215,14 +234,12 @@ def _check_schema_version(db: sqlite_utils.Database) -> None:
 
 def inspect_database(path: Path) -> dict[str, object]:
     """Row counts per table, the schema version and the sessions (for `bkctl metadata` commands)."""
-    import sqlite_utils
-
     if not path.is_file():
         raise NotFoundError(f"metadata database {path} does not exist")
     with db_errors(path):
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None)
         try:
-            db = sqlite_utils.Database(conn)
+            db = _sqlite_utils().Database(conn)
             return {
                 "path": str(path),
                 "tables": {name: db.table(name).count for name in db.table_names()},
@@ -374,11 +391,9 @@ def _drop_session(conn: sqlite3.Connection, session_id: int) -> int:
 
 
 def _new_session(conn: sqlite3.Connection, timeout_ms: int) -> int:
-    import sqlite_utils
-
     now = now_ms()
     owner = f"{socket.gethostname()}:{os.getpid()}"
-    sessions = sqlite_utils.Database(conn).table("sessions")
+    sessions = _sqlite_utils().Database(conn).table("sessions")
     row = {"timeout_ms": timeout_ms, "expires_at_ms": now + timeout_ms, "created_ms": now, "owner": owner}
     sessions.insert(row)
     assert sessions.last_pk is not None

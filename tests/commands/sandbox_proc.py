@@ -120,6 +120,17 @@ def _env(metadata: str | None) -> dict[str, str]:
     return env
 
 
+def registered(uri: str, *, readonly: bool = True) -> set[str]:
+    """Bookie ids registered now: read-write, and read-only unless told not to. Read in-process, so a
+    wait that looks every 0.1 s costs no process start per look."""
+    from bkctl.metadata.layout import Layout
+    from bkctl.metadata.stores import open_store
+
+    with open_store(uri) as store:
+        layout = Layout(store)
+        return {*layout.bookies(), *(layout.bookies(readonly=True) if readonly else [])}
+
+
 def naming(uri: str, ledgers: list[int], bookie: str) -> int:
     """How many of `ledgers` still name `bookie` (read straight from the metadata store: fast to poll)."""
     from bkctl.metadata.layout import Layout

@@ -16,6 +16,8 @@ from urllib.request import urlopen
 
 import pytest
 
+from bkctl.metadata.layout import Layout
+from bkctl.metadata.stores import open_store
 from tests.commands.sandbox_proc import Sandbox, bkctl
 from tests.commands.test_sandbox_supervision import bookie_pids, until
 from tests.conftest import REPO
@@ -25,6 +27,19 @@ pytestmark = pytest.mark.slow
 # A session expiry (10 s), an audit, the copies and a second expiry when a daemon is killed: bounded, generous
 # for a loaded CI machine.
 HEAL_WAIT_S = 150.0
+
+
+def elected(uri: str) -> str | None:
+    """The current auditor, read in-process (a wait's look: no process start)."""
+    with open_store(uri) as store:
+        return Layout(store).current_auditor()
+
+
+def whoisauditor(uri: str) -> str | None:
+    found: dict[str, str] = json.loads(
+        bkctl("autorecovery", "whoisauditor", "-o", "json", metadata=uri).stdout
+    )
+    return found.get("auditor")
 
 
 def test_a_killed_bookie_heals_with_nothing_typed(tmp_path: Path) -> None:
@@ -40,20 +55,30 @@ def test_a_killed_bookie_heals_with_nothing_typed(tmp_path: Path) -> None:
         ][0]["ensemble"][0]
         os.kill(bookie_pids(tmp_path / "sb")[int(victim.rsplit(":", 1)[1])], signal.SIGKILL)
 
-        def healed() -> bool:
-            info = json.loads(bkctl("ledger", "inspect", ledger, "-o", "json", metadata=uri).stdout)
-            marks = bkctl("underreplicated", "list", "--count", "-o", "json", metadata=uri).stdout
-            return victim not in info["segments"][0]["ensemble"] and json.loads(marks)["count"] == 0
+        with open_store(uri) as store:  # the waits read in-process: each look is no process start
+            layout = Layout(store)
 
-        until(healed, "the ledger healed", HEAL_WAIT_S)  # the killed bookie's session expires first (10 s)
+            def healed() -> bool:
+                marked = next(iter(layout.underreplicated_ids()), None) is not None
+                return not marked and victim not in layout.read_ledger(int(ledger)).value.segments[0].ensemble
+
+            # The killed bookie's session expires first (10 s).
+            until(healed, "the ledger healed", HEAL_WAIT_S)
+
+            def reported() -> bool:  # daemons publish their status every 2 s
+                statuses = [json.loads(data) for data in layout.daemon_statuses().values()]
+                return bool(statuses) and statuses[0]["ledgers_replicated"] >= 1
+
+            until(reported, "the daemon's status shows the ledger replicated")
+        # What the operator sees of it, once.
+        info = json.loads(bkctl("ledger", "inspect", ledger, "-o", "json", metadata=uri).stdout)
+        assert victim not in info["segments"][0]["ensemble"]
+        marks = bkctl("underreplicated", "list", "--count", "-o", "json", metadata=uri).stdout
+        assert json.loads(marks)["count"] == 0
         check = bkctl("ledger", "check", ledger, "--full", "-o", "json", metadata=uri)
         assert check.returncode == 0, check.stdout + check.stderr
-
-        def reported() -> bool:  # daemons publish their status every 2 s
-            status = json.loads(bkctl("autorecovery", "status", "-o", "json", metadata=uri).stdout)
-            return bool(status["daemons"]) and status["daemons"][0]["ledgers_replicated"] >= 1
-
-        until(reported, "the daemon's status shows the ledger replicated")
+        status = json.loads(bkctl("autorecovery", "status", "-o", "json", metadata=uri).stdout)
+        assert status["daemons"][0]["ledgers_replicated"] >= 1, status
     finally:
         assert sandbox.stop(signal.SIGINT) == 0
 
@@ -81,15 +106,8 @@ def test_autorecovery_start_and_bookie_start_autorecovery_join_the_election(tmp_
         running = next(line for line in daemon.stderr if "running on" in line)
         threading.Thread(target=daemon.stderr.read, daemon=True).start()  # keep draining its log
         metrics_port = int(re.search(r"metrics on 127\.0\.0\.1:(\d+)", running).group(1))  # type: ignore[union-attr]
-        until(
-            lambda: (
-                json.loads(
-                    bkctl("autorecovery", "whoisauditor", "-o", "json", metadata=uri).stdout or "{}"
-                ).get("auditor")
-                == "10.0.0.9:3181"
-            ),
-            "elected",
-        )
+        until(lambda: elected(uri) == "10.0.0.9:3181", "elected")
+        assert whoisauditor(uri) == "10.0.0.9:3181"
         bookie = BookieProcess(
             [
                 "-p",
@@ -118,15 +136,8 @@ def test_autorecovery_start_and_bookie_start_autorecovery_join_the_election(tmp_
         # The daemon goes: the bookie's daemon, next in line, becomes the auditor at once.
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(30) == 0
-        until(
-            lambda: (
-                json.loads(
-                    bkctl("autorecovery", "whoisauditor", "-o", "json", metadata=uri).stdout or "{}"
-                ).get("auditor")
-                == bookie_id
-            ),
-            "re-elected",
-        )
+        until(lambda: elected(uri) == bookie_id, "re-elected")
+        assert whoisauditor(uri) == bookie_id
         assert bookie.terminate() == 0
     finally:
         if daemon is not None and daemon.poll() is None:

@@ -14,7 +14,7 @@ from bkctl.metadata.layout import Layout
 from bkctl.metadata.sqlite import SqliteStore
 from bkctl.metadata.zookeeper import ZooKeeperStore
 from bkctl.protocol.metadata_format import Cookie
-from tests.commands.sandbox_proc import bkctl
+from tests.commands.sandbox_proc import bkctl, registered
 from tests.commands.test_sandbox_supervision import bookie_pids, start, until
 
 SESSION_EXPIRY_WAIT_S = 60.0  # a killed bookie's registration goes with its session (10 s), bounded
@@ -60,10 +60,8 @@ def test_healthy_sandbox_then_autorecovery_disabled_then_a_bookie_killed(tmp_pat
         victim = bookies[0]
         os.kill(bookie_pids(tmp_path / "sb")[int(victim.rsplit(":", 1)[1])], signal.SIGKILL)
 
-        def down() -> bool:
-            return doctor(uri)[1]["bookies_down"] == 1
-
-        until(down, "the killed bookie shows as down", SESSION_EXPIRY_WAIT_S)
+        until(lambda: victim not in registered(uri), "the killed bookie unregistered", SESSION_EXPIRY_WAIT_S)
+        assert doctor(uri)[1]["bookies_down"] == 1
         plain = bkctl("doctor", "-o", "plain", metadata=uri)
         assert plain.returncode == 3
         assert f"bookie\t{victim}\tdown\tyes\tunknown (down)" in plain.stdout.splitlines()

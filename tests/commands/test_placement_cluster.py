@@ -22,7 +22,7 @@ from bkctl.errors import ExitCode
 from bkctl.metadata.layout import Layout
 from bkctl.metadata.stores import open_store
 from bkctl.model import LedgerMetadata
-from tests.commands.sandbox_proc import bkctl, bkctl_all
+from tests.commands.sandbox_proc import bkctl, bkctl_all, registered
 from tests.commands.test_sandbox_supervision import bookie_pids, until
 from tests.conftest import REPO
 
@@ -113,7 +113,7 @@ class Racked:
         os.kill(bookie_pids(self.data)[int(bookie.rsplit(":", 1)[1])], signal.SIGKILL)
         self.dead.append(bookie)
         gone = f"{bookie} unregistered"
-        until(lambda: bookie not in self.run("bookie", "list", "-o", "plain")[1], gone, timeout_s=COMMAND_S)
+        until(lambda: bookie not in registered(self.uri), gone, timeout_s=COMMAND_S)
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ from bkctl.errors import ExitCode
 from bkctl.metadata.layout import Layout
 from bkctl.metadata.stores import open_store
 from bkctl.recovery import recover_lock
-from tests.commands.sandbox_proc import Sandbox, bkctl, bkctl_all
+from tests.commands.sandbox_proc import Sandbox, bkctl, bkctl_all, registered
 from tests.commands.test_sandbox_supervision import bookie_pids, until
 from tests.conftest import REPO
 
@@ -72,7 +72,7 @@ def step_1_recover_refuses_a_registered_bookie(dead: Dead, _: Path) -> None:
     code, out, err = dead.run("recover", dead.uri, dead.bookie, "-o", "json")
     if code == ExitCode.CONFLICT:
         assert out == "" and "is registered: it is alive" in err
-    until(lambda: dead.bookie not in dead.run("bookie", "list", "-o", "plain")[1], "its session expired")
+    until(lambda: dead.bookie not in registered(dead.uri), "its session expired")
 
 
 def step_2_dry_run_prints_the_plan_and_changes_nothing(dead: Dead, tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ from bkctl.errors import ExitCode
 from bkctl.metadata.layout import Layout
 from bkctl.metadata.zk_server import ZooKeeperServer
 from bkctl.metadata.zookeeper import ZooKeeperStore
-from tests.commands.sandbox_proc import bkctl
+from tests.commands.sandbox_proc import bkctl, registered
 from tests.commands.test_sandbox_supervision import until
 from tests.conftest import REPO
 
@@ -64,11 +64,9 @@ def test_a_write_rides_through_a_zookeeper_pause(tmp_path: Path) -> None:
         assert document == {"ledger_id": document["ledger_id"], "entries_written": 150000,
                             "last_entry_id": 149999, "closed": True}  # fmt: skip
 
-        def all_registered() -> bool:
-            listed = bkctl("bookie", "list", "-o", "plain", metadata=uri).stdout
-            return all(f"{b}\trw" in listed for b in ids)
-
-        until(all_registered, "every bookie registered read-write again")
+        until(lambda: set(ids) <= registered(uri, readonly=False), "every bookie registered read-write again")
+        listed = bkctl("bookie", "list", "-o", "plain", metadata=uri).stdout
+        assert all(f"{b}\trw" in listed for b in ids), listed
         check = bkctl("ledger", "check", str(document["ledger_id"]), "--full", "-o", "json", metadata=uri)
         assert check.returncode == 0, check.stdout + check.stderr
 

@@ -19,10 +19,14 @@ from typing import Any
 import pyspark
 import pytest
 
-from bkctl.commands.audit import SPARK_MISSING
+from bkctl.cli import main
+from bkctl.commands.audit import SPARK_MISSING, _foreign_dirs, _ledger_range, _render
+from bkctl.commands.output import OutputFormat
 from bkctl.files.index import ledger_index_path
 from bkctl.metadata.layout import Layout
 from bkctl.metadata.sqlite import SqliteStore
+from bkctl.pipeline.audit import AuditOptions, AuditResult, run_audit
+from bkctl.pipeline.inventory import resolve_bookie_dirs
 from tests.client.test_java_data import JAVA_INSTANCE_ID, prepare
 from tests.conftest import REPO
 
@@ -47,7 +51,15 @@ def bkctl_audit(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def test_findings_exit_3_with_the_json_contract_marks_and_parquet(tmp_path: Path, spark: Any) -> None:
+def in_process_audit(spark: Any, root: Path, **options: Any) -> AuditResult:
+    """The pipeline `bkctl_audit` runs, on the session's SparkSession: b1-b3 of `root`."""
+    bookies = resolve_bookie_dirs([str(root / f"b{n}") for n in (1, 2, 3)])
+    return run_audit(spark, f"sqlite://{root / 'metadata.db'}", bookies, AuditOptions(**options))
+
+
+def test_findings_exit_3_with_the_json_contract_marks_and_parquet(
+    tmp_path: Path, spark: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     prepare(tmp_path)
     os.remove(ledger_index_path(3, tmp_path / "b1" / "ledgers"))
     with SqliteStore(tmp_path / "metadata.db") as store:  # ledger 2's node no longer decodes
@@ -97,19 +109,23 @@ def test_findings_exit_3_with_the_json_contract_marks_and_parquet(tmp_path: Path
     assert b1["replicas_expected"] - b1["replicas_found"] == b1["missing"] == 134
     assert per_bookie[B2]["replicas_expected"] == per_bookie[B2]["replicas_found"]
 
-    # Only ledgers 3-3: ledger 0-2 are not looked at (no warning for ledger 2); the table output.
-    run = bkctl_audit(tmp_path, "--ledgers", "3-3", "-o", "table")
-    assert run.returncode == 3 and "warning" not in run.stderr, run.stderr
-    summary = dict(line.split(":", 1) for line in run.stdout.split("\n\n")[0].splitlines())
+    # Only ledgers 3-3: ledger 0-2 are not looked at (no warning for ledger 2); the table output. In
+    # process on the session's Spark (a CLI run is a JVM start): the range and rendering of the command.
+    result = in_process_audit(spark, tmp_path, ledgers=_ledger_range("3-3"))
+    assert not result.clean and result.warnings == [] and result.errors == []
+    capsys.readouterr()
+    _render(result.as_dict(), OutputFormat.table)
+    table = capsys.readouterr().out
+    summary = dict(line.split(":", 1) for line in table.split("\n\n")[0].splitlines())
     assert {k: summary[k].strip() for k in ("ledgers", "entries_expected", "missing")} == {
         "ledgers": "1", "entries_expected": "200", "missing": "134"
     }  # fmt: skip
-    rows = [line.split() for line in run.stdout.splitlines() if line.startswith("missing ")]
+    rows = [line.split() for line in table.splitlines() if line.startswith("missing ")]
     # b1 held entries e % 3 in (0, 1) of ledger 3: 67 runs of 1-2 entries, one row from 0 to 199.
-    assert rows == [["missing", "3", B1, "0", "199", "134"]], run.stdout
+    assert rows == [["missing", "3", B1, "0", "199", "134"]], table
 
 
-def test_bad_input_is_refused_before_spark_starts(tmp_path: Path) -> None:
+def test_bad_input_is_refused_before_spark_starts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "nocookie" / "current").mkdir(parents=True)
     run = subprocess.run(
         [sys.executable, "-m", "bkctl", "audit", "--metadata", f"sqlite://{tmp_path / 'm.db'}",
@@ -126,13 +142,13 @@ def test_bad_input_is_refused_before_spark_starts(tmp_path: Path) -> None:
         ([*given, "--master", "bogus://x"], "--master 'bogus://x' is not a Spark master URL"),
         ([*given, "--remote", "http://x"], "--remote 'http://x' is not a Spark Connect URL"),
         ([*given, "--output-dir", str(tmp_path / "a-file")], "is a file, not a directory"),
-    ):
-        run = subprocess.run(
-            [sys.executable, "-m", "bkctl", "audit", *args],
-            cwd=REPO, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
-        lines = run.stderr.strip().splitlines()
-        assert run.returncode == 2 and says in run.stderr and len(lines) == 1, run.stderr
+    ):  # in process: the command's own checks, as the child process above runs them
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as exited:
+            main(["audit", *args])
+        err = capsys.readouterr().err
+        lines = err.strip().splitlines()
+        assert exited.value.code == 2 and says in err and len(lines) == 1, err
 
 
 def test_without_pyspark_one_line_and_exit_6(tmp_path: Path) -> None:
@@ -211,9 +227,12 @@ def test_over_spark_connect(tmp_path: Path) -> None:
     assert summary["digests_checked"] == summary["replicas_found"] == 2700 - 134
 
 
-def test_another_clusters_bookie_is_refused_unless_forced(tmp_path: Path) -> None:
+def test_another_clusters_bookie_is_refused_unless_forced(
+    tmp_path: Path, spark: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A bookie directory whose cookie names another instance id: exit 10 before Spark starts; --force
-    audits it, says so, and every copy of that cluster's ledgers comes out as one row per ledger."""
+    audits it, says so, and every copy of that cluster's ledgers comes out as one row per ledger (the
+    forced audit in process, on the session's Spark: the command's steps, without a JVM start)."""
     prepare(tmp_path)
     other = tmp_path / "other.db"
     with SqliteStore(other) as store:
@@ -223,15 +242,16 @@ def test_another_clusters_bookie_is_refused_unless_forced(tmp_path: Path) -> Non
     run = subprocess.run(audit, cwd=REPO, capture_output=True, text=True, timeout=60)
     assert run.returncode == 10 and run.stdout == "", run.stderr
     assert run.stderr.count("\n") == 1 and "another cluster's bookie" in run.stderr
-    env = {**os.environ, "BKCTL_SPARK_MASTER": "local[2]"}
-    run = subprocess.run([*audit, "--force"], cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
-    assert run.returncode == 3, run.stderr
-    document = json.loads(run.stdout)
-    assert (
-        document["summary"]["foreign_dirs"]
-        == [f"{tmp_path / 'b1' / name} (instance id {JAVA_INSTANCE_ID})" for name in ("journal", "ledgers")]
-        and "--force: auditing" in run.stderr
-    )
+    bookies = resolve_bookie_dirs([str(tmp_path / "b1")])
+    capsys.readouterr()
+    foreign = _foreign_dirs(f"sqlite://{other}", bookies, force=True)
+    assert "--force: auditing" in capsys.readouterr().err
+    result = run_audit(spark, f"sqlite://{other}", bookies, AuditOptions(foreign_dirs=foreign))
+    assert not result.clean
+    document = result.as_dict()
+    assert document["summary"]["foreign_dirs"] == [
+        f"{tmp_path / 'b1' / name} (instance id {JAVA_INSTANCE_ID})" for name in ("journal", "ledgers")
+    ]
     rows = [(f["kind"], f["ledger_id"], f["bookie"]) for f in document["findings"]]
     assert rows and len(rows) == len(set(rows)) and {kind for kind, _, _ in rows} == {"orphan"}
 
