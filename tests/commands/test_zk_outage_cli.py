@@ -67,7 +67,10 @@ def test_a_write_rides_through_a_zookeeper_pause(tmp_path: Path) -> None:
         until(lambda: set(ids) <= registered(uri, readonly=False), "every bookie registered read-write again")
         listed = bkctl("bookie", "list", "-o", "plain", metadata=uri).stdout
         assert all(f"{b}\trw" in listed for b in ids), listed
-        check = bkctl("ledger", "check", str(document["ledger_id"]), "--full", "-o", "json", metadata=uri)
+        # 150,000 entries read from every copy: past the default 60 s bound on a loaded machine.
+        check = bkctl(
+            "ledger", "check", str(document["ledger_id"]), "--full", "-o", "json", metadata=uri, timeout_s=180
+        )
         assert check.returncode == 0, check.stdout + check.stderr
 
 
