@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Generic, TypeVar, cast
 
 from twisted.internet.defer import Deferred, ensureDeferred
 
@@ -21,6 +21,7 @@ from bkctl.server.gc import GarbageCollector, GcMetrics, GcReport, GcSettings
 from bkctl.server.ledger_dirs import dir_of
 from bkctl.server.storage import Storage
 
+T = TypeVar("T")
 _SUMMED_METRICS = tuple(
     f.name for f in dataclasses.fields(GcMetrics) if f.name not in ("live_fraction", "runtime")
 )
@@ -90,8 +91,27 @@ def collector_for(
     return GcGroup(members)
 
 
+class _OnEveryMember(Generic[T]):
+    """A collector attribute the admin endpoints set (settings, suspensions): set on every member,
+    read from the first (they are only ever set together)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, group: GcGroup, owner: type | None = None) -> T:
+        return cast(T, getattr(group.members[0], self.name))
+
+    def __set__(self, group: GcGroup, value: T) -> None:
+        for member in group.members:
+            setattr(member, self.name, value)
+
+
 class GcGroup:
     """Several collectors answering as one (GarbageCollector's public face)."""
+
+    settings: _OnEveryMember[GcSettings] = _OnEveryMember()
+    major_suspended: _OnEveryMember[bool] = _OnEveryMember()
+    minor_suspended: _OnEveryMember[bool] = _OnEveryMember()
 
     def __init__(self, members: list[GarbageCollector]) -> None:
         self.members = members  # each runs on its own timer too, and calls on_run_done after each run
@@ -123,33 +143,6 @@ class GcGroup:
     @property
     def unindexed_kept(self) -> list[int]:
         return sorted({i for member in self.members for i in member.unindexed_kept})
-
-    @property
-    def settings(self) -> GcSettings:
-        return self.members[0].settings
-
-    @settings.setter
-    def settings(self, value: GcSettings) -> None:
-        for member in self.members:
-            member.settings = value
-
-    @property
-    def major_suspended(self) -> bool:
-        return self.members[0].major_suspended
-
-    @major_suspended.setter
-    def major_suspended(self, value: bool) -> None:
-        for member in self.members:
-            member.major_suspended = value
-
-    @property
-    def minor_suspended(self) -> bool:
-        return self.members[0].minor_suspended
-
-    @minor_suspended.setter
-    def minor_suspended(self, value: bool) -> None:
-        for member in self.members:
-            member.minor_suspended = value
 
     @property
     def metrics(self) -> GcMetrics:

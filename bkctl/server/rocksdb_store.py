@@ -204,7 +204,7 @@ class KeyValueDb:
         if self._persisted >= seen:
             return
         try:
-            self._db.flush(True)
+            self.flush()
         except Exception as exc:  # rocksdict raises plain Exception with RocksDB's status text
             # An OSError, as a failed entry log write: the checkpoint fails, the bookie goes read-only.
             raise OSError(f"{self.path}: RocksDB flush failed: {exc}") from None
