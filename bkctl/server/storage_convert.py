@@ -51,6 +51,7 @@ from bkctl.server.entrylog import LAST_ID_NAME, EntryLogReader, EntryLogWriter, 
 from bkctl.server.faults import fault_point
 from bkctl.server.fileio import fsync_directory, write_durably
 from bkctl.server.index import IndexStore
+from bkctl.server.ledger_dirs import dir_of
 from bkctl.server.rocksdb_store import KeyValueDb
 from bkctl.server.storage_kind import CONVERT_STATE_NAME, DB, INTERLEAVED
 
@@ -92,10 +93,6 @@ def decided(ledger_dirs: Sequence[Path]) -> str | None:
     if to not in (DB, INTERLEAVED):
         raise CorruptDataError(f"{path}: conversion to {to!r}?; nothing was changed")
     return str(to)
-
-
-def has_index_files(current: Path) -> bool:
-    return next(current.glob(f"*/*/*{ixf.INDEX_SUFFIX}"), None) is not None
 
 
 def _index_files(ledger_dirs: Sequence[Path]) -> dict[int, Path]:
@@ -230,7 +227,7 @@ def _build_db(dirs: tuple[Path, ...], files: dict[int, Path], report: ConvertRep
     new_slots: dict[int, dict[int, int]] = {}
     try:
         for ledger_id, path in sorted(files.items()):
-            target = ledger_id % len(dirs)
+            target = dir_of(ledger_id, len(dirs))
             home = dirs[target] / "current"
             slots = _read_index(path)[1]
             report.entries += len(slots)
@@ -251,7 +248,7 @@ def _build_db(dirs: tuple[Path, ...], files: dict[int, Path], report: ConvertRep
     for target in writers:  # the copies' names durable before a decision names them
         fsync_directory(_staging(dirs[target]) / "current")
     for index, directory in enumerate(dirs):
-        mine = {i: p for i, p in files.items() if i % len(dirs) == index}
+        mine = {i: p for i, p in files.items() if dir_of(i, len(dirs)) == index}
         _write_db(directory / "current", mine, new_slots)
 
 
@@ -300,7 +297,7 @@ def _verify_db(dirs: tuple[Path, ...], files: dict[int, Path]) -> None:
     source = EntryLogReader(dirs)
     try:
         for index, directory in enumerate(dirs):
-            mine = {i: p for i, p in files.items() if i % len(dirs) == index}
+            mine = {i: p for i, p in files.items() if dir_of(i, len(dirs)) == index}
             with _opened_db(directory / "current", CONVERTING) as (ledgers, locations):
                 _verify_dir(directory, mine, logs, source, ledgers, locations)
     finally:
@@ -458,7 +455,7 @@ def _write_index_files(dirs: tuple[Path, ...], renames: dict[tuple[int, int], in
 
 
 def _check_home(directory: Path, index: int, count: int, stored: dict[int, dbf.LedgerData]) -> None:
-    strays = sorted(i for i in stored if i % count != index)
+    strays = sorted(i for i in stored if dir_of(i, count) != index)
     if strays:
         raise ConflictError(
             f"{directory}: its databases hold ledgers {strays[:5]} that DbLedgerStorage keeps in another "
