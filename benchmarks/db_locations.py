@@ -23,22 +23,28 @@ import shutil
 import struct
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
+from itertools import starmap
 from pathlib import Path
 
 import rocksdict as rd
 
+from bkctl.protocol import db_format as dbf
 from bkctl.server import rocksdb_store as rs
 
-Pairs = list[tuple[bytes, bytes]]
+RECORD = dbf.LOCATION_RECORD
 
 
-def _pairs(first: int, count: int, ledgers: int = 8) -> Pairs:
-    """`count` locations over `ledgers` ledgers, entries from `first` on, in key order."""
+def _records(first: int, count: int, ledgers: int = 8) -> bytes:
+    """`count` locations over `ledgers` ledgers, entries from `first` on, in key order, packed as
+    (key, value) records (dbf.LOCATION_RECORD)."""
     per = count // ledgers
-    ids = struct.pack(f">{per}q", *range(first, first + per))
-    slots = [ids[at : at + 8] for at in range(0, len(ids), 8)]
-    return [(struct.pack(">q", ledger) + slot, slot) for ledger in range(ledgers) for slot in slots]
+    return b"".join(
+        dbf.location_key(ledger, entry_id) + struct.pack(">q", entry_id)
+        for ledger in range(ledgers)
+        for entry_id in range(first, first + per)
+    )
 
 
 def _cpu() -> float:
@@ -46,26 +52,26 @@ def _cpu() -> float:
     return times.user + times.system
 
 
-def _build(db: rs.KeyValueDb, pairs: Pairs, at: int, where: Path) -> None:
-    for start in range(0, len(pairs), rs.WRITE_SLICE):
+def _build(db: rs.KeyValueDb, records: bytes, at: int, where: Path) -> None:
+    step = rs.WRITE_SLICE * RECORD.size
+    for start in range(0, len(records), step):
         batch = rd.WriteBatch(raw_mode=True)
-        for key, value in pairs[start : start + rs.WRITE_SLICE]:
-            batch.put(key, value)
+        deque(starmap(batch.put, RECORD.iter_unpack(records[start : start + step])), maxlen=0)
 
 
-def _wal(db: rs.KeyValueDb, pairs: Pairs, at: int, where: Path) -> None:
-    db.write_pairs(pairs)
+def _wal(db: rs.KeyValueDb, records: bytes, at: int, where: Path) -> None:
+    db.write_records([records], RECORD)
 
 
-def _memtable(db: rs.KeyValueDb, pairs: Pairs, at: int, where: Path) -> None:
-    db.write_pairs(pairs, wal=False)
+def _memtable(db: rs.KeyValueDb, records: bytes, at: int, where: Path) -> None:
+    db.write_records([records], RECORD, wal=False)
 
 
-def _sst(db: rs.KeyValueDb, pairs: Pairs, at: int, where: Path) -> None:
+def _sst(db: rs.KeyValueDb, records: bytes, at: int, where: Path) -> None:
     writer = rd.SstFileWriter(rs._options(True))
     path = str(where / f"ingest-{at}.sst")
     writer.open(path)
-    for key, value in pairs:
+    for key, value in RECORD.iter_unpack(records):
         writer[key] = value
     writer.finish()
     options = rd.IngestExternalFileOptions()
@@ -73,7 +79,7 @@ def _sst(db: rs.KeyValueDb, pairs: Pairs, at: int, where: Path) -> None:
     db._db.ingest_external_file([path], options)
 
 
-WAYS: dict[str, Callable[[rs.KeyValueDb, Pairs, int, Path], None]] = {
+WAYS: dict[str, Callable[[rs.KeyValueDb, bytes, int, Path], None]] = {
     "build": _build,
     "wal": _wal,
     "memtable": _memtable,
@@ -86,10 +92,10 @@ def writes(base: Path, count: int, rounds: int) -> None:
         shutil.rmtree(base, ignore_errors=True)
         base.mkdir(parents=True)
         db = rs.KeyValueDb(base / "locations", huge=True)
-        checkpoints = [_pairs(at * count, count) for at in range(rounds)]
+        checkpoints = [_records(at * count, count) for at in range(rounds)]
         cpu, wall = _cpu(), time.perf_counter()
-        for at, pairs in enumerate(checkpoints):
-            way(db, pairs, at, base)
+        for at, records in enumerate(checkpoints):
+            way(db, records, at, base)
         db.flush()  # every way's memtable into SST files, as it is sooner or later
         cpu, wall = _cpu() - cpu, time.perf_counter() - wall
         total = count * rounds
@@ -119,10 +125,8 @@ def compaction(base: Path) -> None:
     base.mkdir(parents=True)
     db = rs.KeyValueDb(base / "locations", huge=True)
     for part in range(8):
-        ids = struct.pack(">200000q", *range(part, 1_600_000, 8))
-        db.write_pairs(
-            [(struct.pack(">q", 1) + ids[at : at + 8], ids[at : at + 8]) for at in range(0, len(ids), 8)]
-        )
+        ids = range(part, 1_600_000, 8)
+        db.write_records([b"".join(dbf.location_key(1, e) + struct.pack(">q", e) for e in ids)], RECORD)
         db.flush()
     took = time.perf_counter()
     rate, worst = _count_while(db.compact)

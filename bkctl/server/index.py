@@ -14,6 +14,7 @@ import bisect
 import logging
 import os
 import struct
+import sys
 import threading
 from array import array
 from collections import OrderedDict
@@ -317,8 +318,9 @@ class IndexStore:
         """Nothing to do: `write` fsyncs each file."""
 
     unpersisted: bool = False  # every write is durable when it returns
+    replay_batch: int = sys.maxsize  # no bound of its own (storage.REPLAY_SLOTS_MAX bounds the memory)
 
-    def persist(self) -> None:
+    def persist(self, wait: bool = True) -> None:
         """Nothing to do (see `commit`)."""
 
     def close(self) -> None:

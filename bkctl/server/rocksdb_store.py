@@ -16,11 +16,13 @@ import contextlib
 import fcntl
 import os
 import shutil
+import struct
 import tempfile
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from itertools import islice
+from itertools import islice, starmap
 from pathlib import Path
 from typing import Final
 
@@ -41,7 +43,7 @@ BLOCK_CACHE_SIZE: Final = 64 * 1024 * 1024
 # Java asks for 32 background jobs; a bookie here has a few cores, and idle RocksDB threads are cheap
 # but not free: 4 flush/compaction jobs keep up with one bookie's checkpoints.
 BACKGROUND_JOBS: Final = 4
-# Locations per native write (see KeyValueDb.write_pairs): ~1 ms of memtable insertion at a time.
+# Locations per native write (see KeyValueDb.write_records): ~1 ms of memtable insertion at a time.
 WRITE_SLICE: Final = 1024  # local bound
 DEFAULT_FAMILY: Final = "default"  # RocksDB's default column family (the only one used)
 WAL_GLOB: Final = "*.log"  # RocksDB's write-ahead log files in the database's directory
@@ -171,21 +173,26 @@ class KeyValueDb:
             batch.put(key, value)
         self._apply(batch, sync)
 
-    def write_pairs(self, pairs: list[tuple[bytes, bytes]], sync: bool = True, wal: bool = True) -> None:
-        """Puts in order (a later put of a key wins), WRITE_SLICE at a time: rocksdict holds the GIL
-        through a whole write, so one batch of a checkpoint's 100,000 locations would stop the bookie's
-        reactor for its whole memtable insertion. The slices are not atomic together, and need not be:
-        the entries of a checkpoint killed half-way are replayed from the journal (lastMark comes
-        after). Synced once at the end unless `sync` is False.
+    def write_records(
+        self, buffers: Sequence[bytes], record: struct.Struct, sync: bool = True, wal: bool = True
+    ) -> None:
+        """Puts in order (a later put of a key wins) of packed (key, value) records, `record` a layout
+        of two fixed-size byte strings (e.g. "16s8s"): the keys and values are cut out by
+        `struct.iter_unpack` and handed to the batch by `starmap`, with no Python code per record (a
+        replay writes a million locations through here). WRITE_SLICE records per native write:
+        rocksdict holds the GIL through a whole write, so one batch of a checkpoint's 100,000
+        locations would stop the bookie's reactor for its whole memtable insertion. The slices are not
+        atomic together, and need not be: the entries of a checkpoint killed half-way are replayed
+        from the journal (lastMark comes after). Synced once at the end unless `sync` is False.
 
         `wal=False` writes to the memtable only (no WAL record, no sync): lost to a kill -9 until
         `persist` has flushed them into an SST file, so only for what the journal can give again."""
         options = None if wal else self._no_wal
-        for at in range(0, len(pairs), WRITE_SLICE):
+        step = WRITE_SLICE * record.size
+        view = memoryview(b"".join(buffers))  # many small ledgers' records in one native write
+        for at in range(0, len(view), step):
             batch = rd.WriteBatch(raw_mode=True)
-            put = batch.put
-            for key, value in pairs[at : at + WRITE_SLICE]:
-                put(key, value)
+            deque(starmap(batch.put, record.iter_unpack(view[at : at + step])), maxlen=0)
             self._db.write(batch, options)
         if not wal:
             self._unpersisted += 1  # after the write: a persist that sees this count flushed it
@@ -197,19 +204,22 @@ class KeyValueDb:
         """Whether writes made without the WAL may not be in an SST file yet."""
         return self._persisted < self._unpersisted
 
-    def persist(self) -> None:
+    def persist(self, wait: bool = True) -> None:
         """Every write made without the WAL so far into SST files, synced (RocksDB's flush: the
-        memtables written out, the files and MANIFEST fsynced, with the GIL released)."""
+        memtables written out, the files and MANIFEST fsynced, with the GIL released). `wait=False`
+        only starts that flush in RocksDB's threads: the writes are not known durable until a later
+        persist has waited."""
         seen = self._unpersisted
         if self._persisted >= seen:
             return
         try:
-            self.flush()
+            self.flush(wait)
         except Exception as exc:  # rocksdict raises plain Exception with RocksDB's status text
             # An OSError, as a failed entry log write: the checkpoint fails, the bookie goes read-only.
             raise OSError(f"{self.path}: RocksDB flush failed: {exc}") from None
-        with self._persist_lock:
-            self._persisted = max(self._persisted, seen)
+        if wait:
+            with self._persist_lock:
+                self._persisted = max(self._persisted, seen)
 
     def delete_range(self, first: bytes, end: bytes) -> None:
         """Remove keys in [first, end), synced."""
@@ -291,9 +301,10 @@ class KeyValueDb:
         options.set_bottommost_level_compaction(rd.BottommostLevelCompaction.force_optimized())
         self._db.compact_range(None, None, options)
 
-    def flush(self) -> None:
-        """Memtables to SST files (so a copy of the directory holds the data without the WAL)."""
-        self._db.flush(True)
+    def flush(self, wait: bool = True) -> None:
+        """Memtables to SST files (so a copy of the directory holds the data without the WAL); with
+        `wait`, RocksDB waits for every memtable before the current one too."""
+        self._db.flush(wait)
 
     def close(self) -> None:
         self._db.close()

@@ -187,7 +187,8 @@ def test_a_reopened_locations_db_keeps_its_bloom_filter_and_block_cache(tmp_path
         assert db.property_int("rocksdb.block-cache-capacity") == BLOCK_CACHE_SIZE
         held = db.property_int("rocksdb.estimate-table-readers-mem") or 0
         assert held >= opened * per_open * BLOOM_BITS_PER_KEY // 8
-        db.write_pairs([(dbf.location_key(opened, e), bytes(8)) for e in range(per_open)])
+        records = b"".join(dbf.location_key(opened, e) + bytes(8) for e in range(per_open))
+        db.write_records([records], dbf.LOCATION_RECORD)
         db.flush()
         db.close()
     tables = sorted((tmp_path / "locations").glob("*.sst"))
@@ -209,6 +210,23 @@ def ldb_logs_named(current: Path) -> tuple[set[int], int]:
     """The entry log ids the locations db names, read by `ldb`, and how many locations it holds."""
     lines = _ldb_scan(current / dbf.LOCATIONS_DB)
     return {int(line.split(" : ")[1], 16) >> 32 for line in lines}, len(lines)
+
+
+def test_a_waiting_persist_covers_the_flushes_started_before_it(tmp_path: Path) -> None:
+    """Replay starts a memtable flush after each batch of locations and does not wait for it; the
+    persist before lastMark must then wait for those flushes too, not only for the last memtable."""
+    db = KeyValueDb(tmp_path / "locations", huge=True)
+    for batch in range(4):
+        records = b"".join(dbf.location_key(batch, e) + e.to_bytes(8, "big") for e in range(20_000))
+        db.write_records([records], dbf.LOCATION_RECORD, wal=False)
+        db.persist(wait=False)
+        assert db.unpersisted
+    db.persist()
+    assert not db.unpersisted
+    assert db.property_int("rocksdb.num-immutable-mem-table") == 0
+    assert db.property_int("rocksdb.num-entries-active-mem-table") == 0
+    assert db.property_int("rocksdb.estimate-num-keys") == 80_000
+    db.close()
 
 
 def test_index_inspect_and_ledgers_read_a_java_db_dir_without_changing_it(tmp_path: Path) -> None:
@@ -322,7 +340,8 @@ async def test_reads_and_adds_are_served_while_entry_locations_compact(tmp_path:
     filler = open_locations(current)
     for part in range(4):
         ids = range(part, 400_000, 4)
-        filler.write_pairs([(dbf.location_key(99, e), e.to_bytes(8, "big")) for e in ids], wal=False)
+        records = b"".join(dbf.location_key(99, e) + e.to_bytes(8, "big") for e in ids)
+        filler.write_records([records], dbf.LOCATION_RECORD, wal=False)
         filler.persist()
     filler.close()
     durable = Durable()
