@@ -68,7 +68,7 @@ def _memtable(db: rs.KeyValueDb, records: bytes, at: int, where: Path) -> None:
 
 
 def _sst(db: rs.KeyValueDb, records: bytes, at: int, where: Path) -> None:
-    writer = rd.SstFileWriter(rs._options(True))
+    writer = rd.SstFileWriter(rs._options(True, rs.DEFAULT_SETTINGS, "locations"))
     path = str(where / f"ingest-{at}.sst")
     writer.open(path)
     for key, value in RECORD.iter_unpack(records):

@@ -23,6 +23,9 @@ from bkctl.protocol.properties import float_key as _float
 from bkctl.protocol.properties import int_key as _int
 from bkctl.sasl import SERVER_KEYS as SASL_KEYS
 from bkctl.sasl import BookieSaslKeys, bookie_sasl_keys
+from bkctl.server.rocksdb_settings import DEFAULT as DEFAULT_ROCKSDB
+from bkctl.server.rocksdb_settings import KEYS as ROCKSDB_KEYS
+from bkctl.server.rocksdb_settings import RocksDbSettings, rocksdb_settings
 from bkctl.server.storage_kind import configured_kind
 from bkctl.tls import SERVER_KEYS as TLS_KEYS
 from bkctl.tls import TlsSettings, server_settings
@@ -68,6 +71,7 @@ class BookieConfig:
     db_write_cache_max_bytes: int = -1  # dbStorage_writeCacheMaxSizeMb: the db engine's, over the above
     db_read_cache_max_bytes: int = -1  # dbStorage_readAheadCacheMaxSizeMb (-1: the engine's default)
     db_read_ahead_batch: int = -1  # dbStorage_readAheadCacheBatchSize (-1: the engine's default)
+    rocksdb: RocksDbSettings = DEFAULT_ROCKSDB  # dbStorage_rocksDB_*: the db engine's RocksDB tuning
     read_only: bool = False  # start (and stay) read-only
     read_only_mode_enabled: bool = True  # go read-only when the disks fill up (else stop the bookie)
     disk_usage_threshold: float = 0.95
@@ -270,6 +274,7 @@ KEYS: Final[Mapping[str, Setter]] = {
     # TLS keys are read together once all are known (bkctl.tls.server_settings checks them as a set).
     **{key: (lambda k, v: {f"_tls:{k}": v}) for key in TLS_KEYS},
     **{key: (lambda k, v: {f"_sasl:{k}": v}) for key in SASL_KEYS},
+    **{key: (lambda k, v: {f"_rocksdb:{k}": v}) for key in ROCKSDB_KEYS},
 }
 
 
@@ -336,6 +341,9 @@ def _finish(values: dict[str, Any]) -> BookieConfig:
     values["tls"] = server_settings(tls_keys)
     values["sasl"] = bookie_sasl_keys(
         {key[6:]: values.pop(key) for key in list(values) if key.startswith("_sasl:")}
+    )
+    values["rocksdb"] = rocksdb_settings(
+        {key[9:]: values.pop(key) for key in list(values) if key.startswith("_rocksdb:")}
     )
     if compaction_rate is not None and "compaction_rate_by_entries" not in values:
         values["compaction_rate_by_entries"] = compaction_rate  # Java: the older key, when the newer is unset

@@ -25,6 +25,8 @@ from bkctl.errors import CorruptDataError, ProtocolError
 from bkctl.protocol import db_format as dbf
 from bkctl.protocol import index_format as ixf
 from bkctl.server.index import LoadedIndex
+from bkctl.server.rocksdb_settings import DEFAULT as DEFAULT_SETTINGS
+from bkctl.server.rocksdb_settings import RocksDbSettings
 from bkctl.server.rocksdb_store import KeyValueDb
 
 log = logging.getLogger("bkctl.bookie")
@@ -77,12 +79,16 @@ def data_of(header: ixf.IndexHeader) -> dbf.LedgerData:
     return dbf.LedgerData(header.master_key, header.fenced, header.explicit_lac)
 
 
-def open_ledgers(directory: Path, read_only: bool = False) -> KeyValueDb:
-    return KeyValueDb(directory / dbf.LEDGERS_DB, huge=False, read_only=read_only)
+def open_ledgers(
+    directory: Path, read_only: bool = False, settings: RocksDbSettings = DEFAULT_SETTINGS
+) -> KeyValueDb:
+    return KeyValueDb(directory / dbf.LEDGERS_DB, huge=False, read_only=read_only, settings=settings)
 
 
-def open_locations(directory: Path, read_only: bool = False) -> KeyValueDb:
-    return KeyValueDb(directory / dbf.LOCATIONS_DB, huge=True, read_only=read_only)
+def open_locations(
+    directory: Path, read_only: bool = False, settings: RocksDbSettings = DEFAULT_SETTINGS
+) -> KeyValueDb:
+    return KeyValueDb(directory / dbf.LOCATIONS_DB, huge=True, read_only=read_only, settings=settings)
 
 
 def read_ledgers(db: KeyValueDb) -> dict[int, dbf.LedgerData]:
@@ -99,8 +105,9 @@ def read_ledgers(db: KeyValueDb) -> dict[int, dbf.LedgerData]:
 class DbLedgerIndex:
     """The RocksDB index of one ledger directory (`current/`)."""
 
-    def __init__(self, current: Path) -> None:
+    def __init__(self, current: Path, settings: RocksDbSettings = DEFAULT_SETTINGS) -> None:
         self.current = current
+        self._settings = settings
         self._locations_path = current / dbf.LOCATIONS_DB
         self.page_misses = 0  # no page cache: RocksDB's block cache does that work
         self.replay_batch = REPLAY_BATCH
@@ -116,8 +123,8 @@ class DbLedgerIndex:
 
     def open(self) -> None:
         self.current.mkdir(parents=True, exist_ok=True)
-        self._ledgers_db = open_ledgers(self.current)
-        self._locations_db = open_locations(self.current)
+        self._ledgers_db = open_ledgers(self.current, settings=self._settings)
+        self._locations_db = open_locations(self.current, settings=self._settings)
         self._ledgers = read_ledgers(self._ledgers_db)
         log.info("%s: %d ledgers in the ledgers db", self.current, len(self._ledgers))
 

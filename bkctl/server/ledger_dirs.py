@@ -23,6 +23,8 @@ from bkctl.server.index import IndexStore
 from bkctl.server.ledger_storage import LedgerIndex
 from bkctl.server.read_cache import ReadCache
 from bkctl.server.replay_runs import ReplayRuns
+from bkctl.server.rocksdb_settings import DEFAULT as DEFAULT_ROCKSDB
+from bkctl.server.rocksdb_settings import RocksDbSettings
 from bkctl.server.storage_kind import DB
 
 
@@ -78,6 +80,7 @@ def ledger_dir_stores(
     stored_sample: Callable[[int], bytes | None],
     read_cache_bytes: int = 0,
     read_ahead_batch: int = 0,
+    rocksdb: RocksDbSettings = DEFAULT_ROCKSDB,
 ) -> list[LedgerDirStore]:
     """The stores of a bookie: one per ledger directory on the db engine (each with its share of the
     read cache, as Java divides dbStorage_readAheadCacheMaxSizeMb), one for all on the interleaved one."""
@@ -87,7 +90,7 @@ def ledger_dir_stores(
     return [
         LedgerDirStore(
             (directory,),
-            DbLedgerIndex(directory / "current"),
+            DbLedgerIndex(directory / "current", rocksdb),
             log_size_limit,
             stored_sample,
             ReadCache(share, read_ahead_batch),

@@ -30,16 +30,9 @@ import rocksdict as rd
 
 from bkctl.errors import CorruptDataError
 from bkctl.server.fileio import CLOEXEC, fsync_directory
+from bkctl.server.rocksdb_settings import DEFAULT as DEFAULT_SETTINGS
+from bkctl.server.rocksdb_settings import RocksDbSettings
 
-BLOCK_SIZE: Final = 64 * 1024  # dbStorage_rocksDB_blockSize
-BLOOM_BITS_PER_KEY: Final = 10  # dbStorage_rocksDB_bloomFilterBitsPerKey
-WRITE_BUFFER_SIZE: Final = 64 * 1024 * 1024  # dbStorage_rocksDB_writeBufferSizeMB
-SST_SIZE: Final = 64 * 1024 * 1024  # dbStorage_rocksDB_sstSizeInMB
-LEVEL1_MAX_SIZE: Final = 256 * 1024 * 1024  # dbStorage_rocksDB_maxSizeInLevel1MB
-# Java: max direct memory / ledger dirs / 10 (hundreds of MB on a usual bookie). The cache has 64
-# shards; at 32 MiB a million locations' 64 KiB blocks (24 MB) overflowed some of them and were read and
-# decompressed again (RESULTS.md, "DbLedgerStorage"). 64 MiB: the interleaved engine's index page budget.
-BLOCK_CACHE_SIZE: Final = 64 * 1024 * 1024
 # Java asks for 32 background jobs; a bookie here has a few cores, and idle RocksDB threads are cheap
 # but not free: 4 flush/compaction jobs keep up with one bookie's checkpoints.
 BACKGROUND_JOBS: Final = 4
@@ -57,11 +50,15 @@ SWEEP_MAX: Final = 64  # local bound: leftovers removed per open
 UNLOCKED_AGE_S: Final = 3600  # local bound
 
 
-def _options(huge: bool) -> rd.Options:
+def _options(huge: bool, settings: RocksDbSettings, name: str) -> rd.Options:
+    """Java's options of a "Huge" (locations) or "Small" (ledgers) db named `name`, as `settings` tune
+    them (rocksdb_settings.py)."""
     options = rd.Options(raw_mode=True)
     options.create_if_missing(True)
     options.set_keep_log_file_num(30)
     options.set_log_file_time_to_roll(24 * 3600)
+    if settings.log_path is not None:
+        options.set_db_log_dir(str(settings.log_path / name))
     if not huge:
         # Java sets nothing here, but this library's default table format (6) is unreadable to RocksDB
         # before 8.6 (Java's 6.29 and 7.9, Debian's 7.8); 5 is the default of those versions.
@@ -69,23 +66,27 @@ def _options(huge: bool) -> rd.Options:
         table.set_format_version(5)
         options.set_block_based_table_factory(table)
         return options
-    options.set_compression_type(rd.DBCompressionType.lz4())
-    options.set_write_buffer_size(WRITE_BUFFER_SIZE)
+    if settings.lz4:
+        options.set_compression_type(rd.DBCompressionType.lz4())
+    options.set_write_buffer_size(settings.write_buffer_size)
     options.set_max_write_buffer_number(4)
-    options.set_level_zero_file_num_compaction_trigger(4)
-    options.set_max_bytes_for_level_base(LEVEL1_MAX_SIZE)
+    if settings.num_levels > 0:
+        options.set_num_levels(settings.num_levels)
+    options.set_level_zero_file_num_compaction_trigger(settings.level0_files)
+    options.set_max_bytes_for_level_base(settings.level1_max_size)
     options.set_max_background_jobs(BACKGROUND_JOBS)
     options.set_max_total_wal_size(512 * 1024 * 1024)
     options.set_max_open_files(-1)
-    options.set_target_file_size_base(SST_SIZE)
+    options.set_target_file_size_base(settings.sst_size)
     options.set_delete_obsolete_files_period_micros(3600 * 1_000_000)
     options.set_level_compaction_dynamic_level_bytes(True)
     table = rd.BlockBasedOptions()
-    table.set_block_size(BLOCK_SIZE)
-    table.set_block_cache(rd.Cache(BLOCK_CACHE_SIZE))
+    table.set_block_size(settings.block_size)
+    table.set_block_cache(rd.Cache(settings.block_cache_size))
     table.set_format_version(2)
     table.set_checksum_type(rd.ChecksumType.xxhash())
-    table.set_bloom_filter(BLOOM_BITS_PER_KEY, False)
+    if settings.bloom_bits_per_key > 0:
+        table.set_bloom_filter(settings.bloom_bits_per_key, False)
     # Java puts index and filter blocks in the block cache; bkctl keeps them with each open SST file
     # (RocksDB's default; the files are the same). In the cache, a file's whole filter is one entry
     # (10 bits per location: 1.26 MB for a memtable's million), bigger than a shard of the cache
@@ -112,7 +113,14 @@ class KeyValueDb:
     directory (rocksdict still rewrites its `rocksdict-config.json` in the primary's directory with the
     same content, which RocksDB and Java never read)."""
 
-    def __init__(self, path: Path, huge: bool, read_only: bool = False, secondary: bool = False) -> None:
+    def __init__(
+        self,
+        path: Path,
+        huge: bool,
+        read_only: bool = False,
+        secondary: bool = False,
+        settings: RocksDbSettings = DEFAULT_SETTINGS,
+    ) -> None:
         self.path = path
         if (read_only or secondary) and not (path / "CURRENT").is_file():
             raise CorruptDataError(f"{path}: no RocksDB database here (no CURRENT file)")
@@ -137,8 +145,10 @@ class KeyValueDb:
             for item in path.iterdir():
                 (where / item.name).symlink_to(item.absolute())
             access = rd.AccessType.read_only()
+        if settings.log_path is not None:
+            (settings.log_path / path.name).mkdir(parents=True, exist_ok=True)  # as Java makes it
         try:
-            options = _options(huge)
+            options = _options(huge, settings, path.name)
             # The default column family's options named too: on an existing database rocksdict would
             # otherwise open that family with the options it loads from the OPTIONS file, which
             # cannot carry a block cache or a bloom filter (an 8 MiB cache and no filter, in the SST

@@ -85,6 +85,7 @@ def storage_config(config: BookieConfig) -> StorageConfig:
         disk_usage_lwm_threshold=config.disk_usage_lwm_threshold,
         read_only=config.read_only,
         engine=config.storage,
+        rocksdb=config.rocksdb,
         **extra,
     )
 

@@ -48,6 +48,8 @@ from bkctl.server.moves import Moved, write_moves
 from bkctl.server.read_cache import ReadCacheMetrics
 from bkctl.server.replay import ReplayProgress, ReplayReport, merge_reports, replay
 from bkctl.server.replay_runs import take_runs
+from bkctl.server.rocksdb_settings import DEFAULT as DEFAULT_ROCKSDB
+from bkctl.server.rocksdb_settings import RocksDbSettings
 from bkctl.server.start_checks import rebuild_hint
 from bkctl.server.storage_kind import DB, INTERLEAVED, check_storage
 from bkctl.server.write_cache import SIZE_PREFIX, LedgerBuffer, WriteCache, shifted_slots
@@ -125,6 +127,7 @@ class StorageConfig:
     engine: str = INTERLEAVED  # ledgerStorageClass: where locations and ledger state live (ledger_storage.py)
     read_cache_max_bytes: int = 64 * MiB  # dbStorage_readAheadCacheMaxSizeMb (db engine; 0 = no read cache)
     read_ahead_batch: int = 100  # dbStorage_readAheadCacheBatchSize (db engine)
+    rocksdb: RocksDbSettings = DEFAULT_ROCKSDB  # dbStorage_rocksDB_* (db engine)
 
     def __post_init__(self) -> None:
         if not 1 <= len(self.journal_dirs) <= limits.JOURNAL_DIRS_MAX:
@@ -230,6 +233,7 @@ class Storage:
             self._stored_sample,
             config.read_cache_max_bytes,
             config.read_ahead_batch,
+            config.rocksdb,
         )
         self._replay_runs = [store.runs for store in self._stores]
         self._index_replay_batch = min(store.index.replay_batch for store in self._stores)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import tarfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,8 @@ from bkctl.errors import ConflictError, UsageError
 from bkctl.protocol import db_format as dbf
 from bkctl.protocol.wire import ReturnCode as RC
 from bkctl.server.db_ledger_index import DbLedgerIndex, open_ledgers, open_locations, read_ledgers
-from bkctl.server.rocksdb_store import BLOCK_CACHE_SIZE, BLOOM_BITS_PER_KEY, KeyValueDb
+from bkctl.server.rocksdb_settings import DEFAULT as ROCKSDB_DEFAULT
+from bkctl.server.rocksdb_store import KeyValueDb
 from bkctl.server.storage import Storage
 from tests.conftest import REPO
 from tests.server.crash_writer import assert_served_right, run_until_killed
@@ -184,9 +186,9 @@ def test_a_reopened_locations_db_keeps_its_bloom_filter_and_block_cache(tmp_path
     per_open = 2000
     for opened in range(3):
         db = KeyValueDb(tmp_path / "locations", huge=True)
-        assert db.property_int("rocksdb.block-cache-capacity") == BLOCK_CACHE_SIZE
+        assert db.property_int("rocksdb.block-cache-capacity") == ROCKSDB_DEFAULT.block_cache_size
         held = db.property_int("rocksdb.estimate-table-readers-mem") or 0
-        assert held >= opened * per_open * BLOOM_BITS_PER_KEY // 8
+        assert held >= opened * per_open * ROCKSDB_DEFAULT.bloom_bits_per_key // 8
         records = b"".join(dbf.location_key(opened, e) + bytes(8) for e in range(per_open))
         db.write_records([records], dbf.LOCATION_RECORD)
         db.flush()
@@ -210,6 +212,26 @@ def ldb_logs_named(current: Path) -> tuple[set[int], int]:
     """The entry log ids the locations db names, read by `ldb`, and how many locations it holds."""
     lines = _ldb_scan(current / dbf.LOCATIONS_DB)
     return {int(line.split(" : ")[1], 16) >> 32 for line in lines}, len(lines)
+
+
+@twisted_test
+async def test_a_db_bookie_opens_both_dbs_with_its_rocksdb_settings(tmp_path: Path) -> None:
+    """The conf's dbStorage_rocksDB_* keys reach the bookie's own opens: the locations db's block cache,
+    both dbs' info logs under the log path (Java's <logPath>/<db name>)."""
+    settings = replace(ROCKSDB_DEFAULT, block_cache_size=8 * 1024 * 1024, log_path=tmp_path / "logs")
+    durable = Durable()
+    storage = started(tmp_path, durable, engine="db", rocksdb=settings)
+    await add_all(storage, durable, 3, 10)
+    await storage.checkpoint()
+    index = storage.store(0).index
+    assert isinstance(index, DbLedgerIndex)
+    assert index._locations.property_int("rocksdb.block-cache-capacity") == 8 * 1024 * 1024
+    await storage.stop()
+    assert [p.name for p in sorted((tmp_path / "logs").iterdir())] == [dbf.LEDGERS_DB, dbf.LOCATIONS_DB]
+    assert all(any(d.iterdir()) for d in (tmp_path / "logs").iterdir())
+    again = started(tmp_path, engine="db", rocksdb=settings)
+    assert [again.read(3, e) for e in range(10)] == [(RC.EOK, packaged(3, e)) for e in range(10)]
+    await again.stop()
 
 
 def test_a_waiting_persist_covers_the_flushes_started_before_it(tmp_path: Path) -> None:

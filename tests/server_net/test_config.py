@@ -143,6 +143,11 @@ def test_zk_servers_and_http() -> None:
         ("bookieId", "readonly"),
         ("bookieId", "a/b"),
         ("advertisedAddress", "  "),
+        ("dbStorage_rocksDB_blockCacheSize", "1000"),
+        ("dbStorage_rocksDB_writeBufferSizeMB", "0"),
+        ("dbStorage_rocksDB_bloomFilterBitsPerKey", "-1"),
+        ("dbStorage_rocksDB_numLevels", "1"),
+        ("dbStorage_rocksDB_lz4CompressionEnabled", "lz4"),
     ],
 )
 def test_bad_values_name_the_key(key: str, value: str) -> None:
@@ -211,3 +216,56 @@ def test_ledger_storage_class_selects_the_engine_and_its_write_cache_key() -> No
         UsageError, match=r"ledgerStorageClass=com\.example\.Mine: a storage bkctl does not know"
     ):
         load_config({"ledgerStorageClass": "com.example.Mine"})
+
+
+def test_rocksdb_keys_tune_the_db_engine_as_javas_do(tmp_path: Path) -> None:
+    """Java's dbStorage_rocksDB_* keys reach every RocksDB open of a db bookie; their defaults are
+    Java's (the block cache excepted: docs/bookie.md); logLevel is ignored and listed as such."""
+    from bkctl.server.rocksdb_settings import DEFAULT
+    from bkctl.server.rocksdb_store import KeyValueDb
+    from bkctl.server.service import storage_config
+
+    assert load_config({}).rocksdb == DEFAULT and storage_config(load_config({})).rocksdb == DEFAULT
+    keys = {
+        "dbStorage_rocksDB_blockCacheSize": str(16 * 1024 * 1024),
+        "dbStorage_rocksDB_writeBufferSizeMB": "8",
+        "dbStorage_rocksDB_sstSizeInMB": "32",
+        "dbStorage_rocksDB_blockSize": "4096",
+        "dbStorage_rocksDB_bloomFilterBitsPerKey": "0",
+        "dbStorage_rocksDB_numLevels": "5",
+        "dbStorage_rocksDB_numFilesInLevel0": "8",
+        "dbStorage_rocksDB_maxSizeInLevel1MB": "128",
+        "dbStorage_rocksDB_lz4CompressionEnabled": "false",
+        "dbStorage_rocksDB_logPath": str(tmp_path / "rocksdb-logs"),
+        "dbStorage_rocksDB_logLevel": "warn",
+    }
+    config = load_config(keys)
+    settings = storage_config(config).rocksdb
+    assert config.unused_keys == ("dbStorage_rocksDB_logLevel",)
+    assert (settings.block_cache_size, settings.write_buffer_size, settings.sst_size) == (
+        16 * 1024 * 1024,
+        8 * 1024 * 1024,
+        32 * 1024 * 1024,
+    )
+    assert (settings.block_size, settings.bloom_bits_per_key, settings.num_levels) == (4096, 0, 5)
+    assert (settings.level0_files, settings.level1_max_size, settings.lz4) == (8, 128 * 1024 * 1024, False)
+    db = KeyValueDb(tmp_path / "current" / "locations", huge=True, settings=settings)
+    try:
+        assert db.property_int("rocksdb.block-cache-capacity") == 16 * 1024 * 1024
+        options = next((tmp_path / "current" / "locations").glob("OPTIONS-*")).read_text()
+        for line in (
+            "write_buffer_size=8388608",
+            "target_file_size_base=33554432",
+            "num_levels=5",
+            "level0_file_num_compaction_trigger=8",
+            "max_bytes_for_level_base=134217728",
+            "compression=kNoCompression",
+            "block_size=4096",
+            "filter_policy=nullptr",
+        ):
+            assert line in options
+    finally:
+        db.close()
+    logs = list((tmp_path / "rocksdb-logs" / "locations").iterdir())
+    assert logs and all(path.name.endswith("LOG") for path in logs)
+    assert not (tmp_path / "current" / "locations" / "LOG").exists()
