@@ -8,7 +8,8 @@ this class answers the same calls as index.IndexStore (server/ledger_storage.py'
 As in Java, every ledger's state is read into memory at open; a checkpoint writes its locations after
 the entry log is fsynced (in slices, into the memtable without the WAL: rocksdb_store.KeyValueDb.
 write_records), then the ledgers' state in a synced batch; the locations become durable when the bookie
-flushes the memtable (`persist`), before lastMark moves past them.
+flushes the memtable (`persist`), before lastMark moves past them. A replay's locations go through the
+WAL instead, synced by the same `persist`.
 """
 
 from __future__ import annotations
@@ -33,10 +34,6 @@ log = logging.getLogger("bkctl.bookie")
 
 _pack_location_key: Final = dbf.LOCATION_KEY.pack
 _RECORD: Final = dbf.LOCATION_RECORD
-# Entries a replay indexes at a time: each batch's memtable is flushed by RocksDB's threads (on another
-# core) while the replay reads on, so the flush start() waits for before lastMark holds only the last
-# batch. 1 GiB of 1 KiB entries: the blocking flush of 1M locations took 0.26 s of a 4.6 s start().
-REPLAY_BATCH: Final = 131_072  # local bound
 _NATIVE_IS_BIG: Final = sys.byteorder == "big"
 
 
@@ -110,7 +107,6 @@ class DbLedgerIndex:
         self._settings = settings
         self._locations_path = current / dbf.LOCATIONS_DB
         self.page_misses = 0  # no page cache: RocksDB's block cache does that work
-        self.replay_batch = REPLAY_BATCH
         self.compacting = False
         self._lock = threading.Lock()
         self._ledgers_db: KeyValueDb | None = None
@@ -215,18 +211,21 @@ class DbLedgerIndex:
         self._pending_locations.append(_records(ledger_id, entry_ids, locations))
         self.write(ledger_id, header, {})
 
-    def commit(self) -> None:
+    def commit(self, replayed: bool = False) -> None:
         """The queued locations into the memtable, then the ledgers' state in a synced batch.
 
-        The locations skip RocksDB's WAL: no record per entry, no fdatasync per checkpoint (each one a
-        disk cache flush the journal's fdatasync waits behind). They are durable once `persist` has
-        flushed them, which the bookie does before lastMark moves past their entries (a kill -9 before
-        that replays them from the journal) and before compaction's scan reads the database."""
+        A checkpoint's locations skip RocksDB's WAL: no record per entry, no fdatasync per checkpoint
+        (each one a disk cache flush the journal's fdatasync waits behind). They are durable once
+        `persist` has flushed them, which the bookie does before lastMark moves past their entries (a
+        kill -9 before that replays them from the journal) and before compaction's scan reads the
+        database. A replay's (`replayed`) go through the WAL, unsynced: `persist` then syncs the WAL
+        once instead of waiting for a memtable flush at the end of the replay (a flush of each batch
+        would leave a small SST file each, compacted again after the restart)."""
         with self._lock:
             locations, self._pending_locations = self._pending_locations, []
             ledgers, self._pending_ledgers = self._pending_ledgers, {}
         if locations:
-            self._locations.write_records(locations, _RECORD, wal=False)
+            self._locations.write_records(locations, _RECORD, sync=False, wal=replayed)
         if ledgers:
             self._ledgers_store.write(ledgers)
 
@@ -235,11 +234,11 @@ class DbLedgerIndex:
         """Whether committed locations may not be durable yet (see `persist`)."""
         return self._locations_db is not None and self._locations_db.unpersisted
 
-    def persist(self, wait: bool = True) -> None:
-        """Every committed location durable, in SST files (RocksDB's flush, the GIL released);
-        `wait=False` starts that flush in RocksDB's threads and returns."""
+    def persist(self) -> None:
+        """Every committed location durable: the WAL synced, the memtable flushed into SST files (both
+        with the GIL released), as needed."""
         if self._locations_db is not None:
-            self._locations_db.persist(wait)
+            self._locations_db.persist()
 
     def relocate(self, ledger_id: int, moves: list[tuple[array[int], bytes, bytes]]) -> int:
         """Compaction (Java's updateEntriesLocations, after the new entry log is fsynced): each entry

@@ -14,7 +14,6 @@ import bisect
 import logging
 import os
 import struct
-import sys
 import threading
 from array import array
 from collections import OrderedDict
@@ -314,13 +313,12 @@ class IndexStore:
     def open(self) -> None:
         """Nothing to open ahead: index files are opened as pages are read."""
 
-    def commit(self) -> None:
+    def commit(self, replayed: bool = False) -> None:
         """Nothing to do: `write` fsyncs each file."""
 
     unpersisted: bool = False  # every write is durable when it returns
-    replay_batch: int = sys.maxsize  # no bound of its own (storage.REPLAY_SLOTS_MAX bounds the memory)
 
-    def persist(self, wait: bool = True) -> None:
+    def persist(self) -> None:
         """Nothing to do (see `commit`)."""
 
     def close(self) -> None:

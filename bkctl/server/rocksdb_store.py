@@ -129,8 +129,10 @@ class KeyValueDb:
         self._no_wal = rd.WriteOptions()
         # A property at run time (rocksdict's stub calls it a method; the WAL stays empty: checked).
         self._no_wal.disable_wal = True  # type: ignore[method-assign,assignment]
-        # Counts of WAL-less writes made and known flushed (writes on one thread, persist on any).
+        # Counts of WAL-less writes made and known flushed, and of unsynced WAL writes made and known
+        # synced (writes on one thread, persist and sync_wal on any).
         self._unpersisted = self._persisted = 0
+        self._unsynced = self._synced = 0
         self._persist_lock = threading.Lock()
         where = path
         access = rd.AccessType.read_write()
@@ -204,32 +206,36 @@ class KeyValueDb:
             batch = rd.WriteBatch(raw_mode=True)
             deque(starmap(batch.put, record.iter_unpack(view[at : at + step])), maxlen=0)
             self._db.write(batch, options)
+        # Counted after the write: a persist that sees the count made it durable.
         if not wal:
-            self._unpersisted += 1  # after the write: a persist that sees this count flushed it
+            self._unpersisted += 1
         elif sync:
             self.sync_wal()
+        else:
+            self._unsynced += 1
 
     @property
     def unpersisted(self) -> bool:
-        """Whether writes made without the WAL may not be in an SST file yet."""
-        return self._persisted < self._unpersisted
+        """Whether writes made without the WAL may not be in an SST file yet, or unsynced ones to the WAL
+        not on disk."""
+        return self._persisted < self._unpersisted or self._synced < self._unsynced
 
-    def persist(self, wait: bool = True) -> None:
-        """Every write made without the WAL so far into SST files, synced (RocksDB's flush: the
-        memtables written out, the files and MANIFEST fsynced, with the GIL released). `wait=False`
-        only starts that flush in RocksDB's threads: the writes are not known durable until a later
-        persist has waited."""
+    def persist(self) -> None:
+        """Every write so far durable: the WAL synced if unsynced writes went to it, then, if writes
+        went without it, RocksDB's flush (the memtables written out, the files and MANIFEST fsynced).
+        Both with the GIL released."""
+        if self._synced < self._unsynced:
+            self.sync_wal()
         seen = self._unpersisted
         if self._persisted >= seen:
             return
         try:
-            self.flush(wait)
+            self.flush()
         except Exception as exc:  # rocksdict raises plain Exception with RocksDB's status text
             # An OSError, as a failed entry log write: the checkpoint fails, the bookie goes read-only.
             raise OSError(f"{self.path}: RocksDB flush failed: {exc}") from None
-        if wait:
-            with self._persist_lock:
-                self._persisted = max(self._persisted, seen)
+        with self._persist_lock:
+            self._persisted = max(self._persisted, seen)
 
     def delete_range(self, first: bytes, end: bytes) -> None:
         """Remove keys in [first, end), synced."""
@@ -247,6 +253,7 @@ class KeyValueDb:
         it through a synced write's fdatasync, which would stop the bookie's reactor for as long. Each
         `*.log` file is fdatasynced (one RocksDB removes meanwhile was made obsolete by a flushed,
         synced SST file), then the directory (a WAL file RocksDB has just created)."""
+        seen = self._unsynced
         for wal in self.path.glob(WAL_GLOB):
             try:
                 fd = os.open(wal, os.O_RDONLY | CLOEXEC)
@@ -257,6 +264,8 @@ class KeyValueDb:
             finally:
                 os.close(fd)
         fsync_directory(self.path)
+        with self._persist_lock:
+            self._synced = max(self._synced, seen)
 
     def items(self, first: bytes = b"", end: bytes | None = None) -> Iterator[tuple[bytes, bytes]]:
         """Keys in [first, end) in order with their values."""
@@ -311,10 +320,9 @@ class KeyValueDb:
         options.set_bottommost_level_compaction(rd.BottommostLevelCompaction.force_optimized())
         self._db.compact_range(None, None, options)
 
-    def flush(self, wait: bool = True) -> None:
-        """Memtables to SST files (so a copy of the directory holds the data without the WAL); with
-        `wait`, RocksDB waits for every memtable before the current one too."""
-        self._db.flush(wait)
+    def flush(self) -> None:
+        """Memtables to SST files (so a copy of the directory holds the data without the WAL)."""
+        self._db.flush(True)
 
     def close(self) -> None:
         self._db.close()

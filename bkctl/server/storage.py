@@ -73,9 +73,11 @@ _ENTRY_SIZE_MIN: Final = _KEY.size  # a stored entry starts with its ledger and 
 _ENTRY_SIZE_MAX: Final = limits.PACKAGED_ENTRY_SIZE_MAX
 _MASTER_KEY_SIZE_MAX: Final = limits.MASTER_KEY_SIZE_MAX
 # Replay indexes what it wrote once it holds this many entries' slots (checked after each run of records,
-# so it may pass it by one read chunk's worth), bounding the slot maps it keeps; or sooner when the
-# engine's index asks (its replay_batch).
-REPLAY_SLOTS_MAX: Final = 1_000_000  # local bound
+# so it may pass it by one read chunk's worth), bounding the slot maps it keeps. 1 GiB of 1 KiB entries
+# (benchmarks/replay.py, 2026-11-29): 131,072 replays in 3.6 s where 1,000,000 took 4.6 s and 32,768 or
+# 524,288 3.9 s, on either engine; the CPU falls with the smaller maps and the entry log's fsyncs spread
+# over the replay instead of one at the end.
+REPLAY_SLOTS_MAX: Final = 131_072  # local bound
 # A checkpoint starts once the write cache holds this share of write_cache_max_bytes (4 of the default
 # 64 MiB). Each checkpoint's burst of entry-log writes and fsyncs slows the journal's fdatasync on a
 # shared disk and was most of the add latency tail: with 3 bookie processes (1 KiB, 512 in flight) p99
@@ -236,7 +238,6 @@ class Storage:
             config.rocksdb,
         )
         self._replay_runs = [store.runs for store in self._stores]
-        self._index_replay_batch = min(store.index.replay_batch for store in self._stores)
         self.read_cache_metrics = ReadCacheMetrics()
         self._journals = [
             JournalWriter(config.journal_settings(i), reactor, on_durable, self.metrics, self._journal_failed)
@@ -338,13 +339,12 @@ class Storage:
         """The fast path: runs of DATA records of known ledgers straight to the entry log (of each
         record's ledger directory: with several, each directory's records in one write)."""
         stop, taken = take_runs(self._replay_runs, buffer, pos, end)
-        if self._replay_batch_full():
+        if self._replay_count() >= REPLAY_SLOTS_MAX:
             self._write_replay_slots()
         return stop, taken
 
-    def _replay_batch_full(self) -> bool:
-        batch = min(REPLAY_SLOTS_MAX, self._index_replay_batch)
-        return sum(store.runs.count for store in self._stores) >= batch
+    def _replay_count(self) -> int:
+        return sum(store.runs.count for store in self._stores)
 
     def _replay_record(self, kind: RecordKind, body: memoryview) -> str | None:
         """Every record the fast path does not take (its ledger's first DATA record, special records, a
@@ -357,7 +357,7 @@ class Storage:
                 return None
             # Straight to the entry log in journal order: no copy into the write cache, no sort.
             rejected = self._store_of(ledger_id).runs.add(ledger_id, entry_id, body)
-            if self._replay_batch_full():
+            if self._replay_count() >= REPLAY_SLOTS_MAX:
                 self._write_replay_slots()
             return rejected
         elif kind is RecordKind.MASTER_KEY:
@@ -395,8 +395,7 @@ class Storage:
         for ledger_id in sorted(slots.keys() | headers.keys()):
             self._store_of(ledger_id).index.write(ledger_id, headers.get(ledger_id), slots.get(ledger_id, {}))
         for store in self._stores:
-            store.index.commit()
-            store.index.persist(wait=False)  # the db engine's flush, in RocksDB's threads as replay goes on
+            store.index.commit(replayed=True)
 
     def _store_of(self, ledger_id: int) -> LedgerDirStore:
         """The entry logs and index holding the ledger (db engine: its ledger dir, Java's rule)."""

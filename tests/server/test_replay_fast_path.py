@@ -24,7 +24,6 @@ from bkctl.protocol import entry
 from bkctl.protocol import entrylog_format as ef
 from bkctl.protocol import journal_format as jf
 from bkctl.protocol.wire import ReturnCode as RC
-from bkctl.server import db_ledger_index
 from bkctl.server import replay as replay_module
 from bkctl.server import storage as storage_module
 from bkctl.server.storage import Storage
@@ -293,15 +292,15 @@ def test_fast_path_takes_records_alternating_between_ledger_dirs(
 
 
 @pytest.mark.parametrize("log_size_limit", [1024 * 1024 * 1024, 50_000])
-@pytest.mark.parametrize("replay_batch", [db_ledger_index.REPLAY_BATCH, 97])
+@pytest.mark.parametrize("slots_max", [storage_module.REPLAY_SLOTS_MAX, 97])
 def test_db_over_three_dirs_same_entry_logs_and_reads(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, log_size_limit: int, replay_batch: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, log_size_limit: int, slots_max: int
 ) -> None:
     """Records alternating ledger dirs (ledger L in dir L mod 3): each dir's entry logs come out byte
     for byte as the record-by-record path writes them, rotations included, and every read agrees;
-    also when the locations go to RocksDB in many batches, each flushed without waiting."""
+    also when the locations go to RocksDB (through its WAL) in many batches."""
     monkeypatch.setattr(replay_module, "READ_CHUNK_SIZE", 64 * 1024 + 3)
-    monkeypatch.setattr(db_ledger_index, "REPLAY_BATCH", replay_batch)
+    monkeypatch.setattr(storage_module, "REPLAY_SLOTS_MAX", slots_max)
     data = journal_bytes(6, mixed_bodies(), pad_every=13) + bytes(4096)
     results = {}
     for name in ("fast", "slow"):
