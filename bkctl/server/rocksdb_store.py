@@ -198,7 +198,8 @@ class KeyValueDb:
         from the journal (lastMark comes after). Synced once at the end unless `sync` is False.
 
         `wal=False` writes to the memtable only (no WAL record, no sync): lost to a kill -9 until
-        `persist` has flushed them into an SST file, so only for what the journal can give again."""
+        `persist` has flushed them into an SST file, so only for what the journal can give again.
+        `sync=False` with the WAL: durable once `persist` (or `sync_wal`) has synced it."""
         options = None if wal else self._no_wal
         step = WRITE_SLICE * record.size
         view = memoryview(b"".join(buffers))  # many small ledgers' records in one native write

@@ -74,8 +74,8 @@ _ENTRY_SIZE_MAX: Final = limits.PACKAGED_ENTRY_SIZE_MAX
 _MASTER_KEY_SIZE_MAX: Final = limits.MASTER_KEY_SIZE_MAX
 # Replay indexes what it wrote once it holds this many entries' slots (checked after each run of records,
 # so it may pass it by one read chunk's worth), bounding the slot maps it keeps. 1 GiB of 1 KiB entries
-# (benchmarks/replay.py, 2026-11-29): 131,072 replays in 3.6 s where 1,000,000 took 4.6 s and 32,768 or
-# 524,288 3.9 s, on either engine; the CPU falls with the smaller maps and the entry log's fsyncs spread
+# (benchmarks/replay.py, 2026-11-29): 131,072 replays in 3.6-4.0 s where 1,000,000 took 4.6 s and 32,768
+# or 524,288 3.9 s, on either engine; the CPU falls with the smaller maps and the entry log's fsyncs spread
 # over the replay instead of one at the end.
 REPLAY_SLOTS_MAX: Final = 131_072  # local bound
 # A checkpoint starts once the write cache holds this share of write_cache_max_bytes (4 of the default
