@@ -53,7 +53,7 @@ def _numbers(packed: bytes) -> array[int]:
 
 def _records(ledger_id: int, entry_ids: array[int], locations: array[int]) -> bytes:
     """The locations db's records (_RECORD) of a ledger's entries, built by whole-array operations
-    (a replay indexes a million entries at a time): the ids and locations interleaved with the
+    (a replay hands over 131,072 entries at a time): the ids and locations interleaved with the
     ledger id, all byte-swapped to big-endian at once. Unset locations (0, holes) are left out."""
     if 0 in locations:  # a run with holes (rare)
         kept = [at for at, location in enumerate(locations) if location]
