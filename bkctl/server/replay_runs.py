@@ -83,6 +83,11 @@ class ReplayRuns:
         self._pending: dict[int, list[int]] = {}  # PENDING ledger -> entries stored unchecked
         self.count = 0  # entries held in the slot maps
 
+    @property
+    def ledger_count(self) -> int:
+        """Ledgers in the slot maps (admitted since the last `drain`)."""
+        return len(self._ledgers)
+
     def add(self, ledger_id: int, entry_id: int, stored_entry: memoryview) -> str | None:
         """One entry from the codec path, stored unless its digest fails (then why, and it is not).
 

@@ -72,12 +72,17 @@ _LAST_ENTRY_ID: Final = -1
 _ENTRY_SIZE_MIN: Final = _KEY.size  # a stored entry starts with its ledger and entry ids
 _ENTRY_SIZE_MAX: Final = limits.PACKAGED_ENTRY_SIZE_MAX
 _MASTER_KEY_SIZE_MAX: Final = limits.MASTER_KEY_SIZE_MAX
-# Replay indexes what it wrote once it holds this many entries' slots (checked after each run of records,
-# so it may pass it by one read chunk's worth), bounding the slot maps it keeps. 1 GiB of 1 KiB entries
-# (benchmarks/replay.py, 2026-11-29): 131,072 replays in 3.6-4.0 s where 1,000,000 took 4.6 s and 32,768
-# or 524,288 3.9 s, on either engine; the CPU falls with the smaller maps and the entry log's fsyncs spread
-# over the replay instead of one at the end.
-REPLAY_SLOTS_MAX: Final = 131_072  # local bound
+# Replay indexes what it wrote (checked after each run of records, so it may pass these by one read
+# chunk's worth) once it holds REPLAY_SLOTS_MAX entries' slots, bounding the slot maps it keeps, or
+# before: once it holds REPLAY_SLOTS_MIN and REPLAY_SLOTS_PER_LEDGER per ledger among them. Smaller
+# rounds cost less CPU (smaller maps) and spread the entry log's fsyncs over the replay, but each round
+# writes and fsyncs an index file per ledger on the interleaved engine. 1 GiB of 1 KiB entries
+# (benchmarks/replay.py, 2026-11-29): 16 ledgers, 131,072 per round replayed in 3.6-4.0 s where
+# 1,000,000 took 4.6 s (either engine); 2,000 ledgers, the interleaved engine took 14-16 s in rounds of
+# 131,072 against 7.4-8.2 s in rounds of 1,000,000.
+REPLAY_SLOTS_MIN: Final = 131_072  # local bound
+REPLAY_SLOTS_PER_LEDGER: Final = 1024  # local bound: an index page's worth
+REPLAY_SLOTS_MAX: Final = 1_000_000  # local bound
 # A checkpoint starts once the write cache holds this share of write_cache_max_bytes (4 of the default
 # 64 MiB). Each checkpoint's burst of entry-log writes and fsyncs slows the journal's fdatasync on a
 # shared disk and was most of the add latency tail: with 3 bookie processes (1 KiB, 512 in flight) p99
@@ -339,12 +344,17 @@ class Storage:
         """The fast path: runs of DATA records of known ledgers straight to the entry log (of each
         record's ledger directory: with several, each directory's records in one write)."""
         stop, taken = take_runs(self._replay_runs, buffer, pos, end)
-        if self._replay_count() >= REPLAY_SLOTS_MAX:
+        if self._replay_round_full():
             self._write_replay_slots()
         return stop, taken
 
-    def _replay_count(self) -> int:
-        return sum(store.runs.count for store in self._stores)
+    def _replay_round_full(self) -> bool:
+        """Whether replay should index what it holds now (see REPLAY_SLOTS_MIN)."""
+        count = sum(store.runs.count for store in self._stores)
+        if count >= REPLAY_SLOTS_MAX:
+            return True
+        ledgers = sum(store.runs.ledger_count for store in self._stores)
+        return count >= REPLAY_SLOTS_MIN and count >= REPLAY_SLOTS_PER_LEDGER * ledgers
 
     def _replay_record(self, kind: RecordKind, body: memoryview) -> str | None:
         """Every record the fast path does not take (its ledger's first DATA record, special records, a
@@ -357,7 +367,7 @@ class Storage:
                 return None
             # Straight to the entry log in journal order: no copy into the write cache, no sort.
             rejected = self._store_of(ledger_id).runs.add(ledger_id, entry_id, body)
-            if self._replay_count() >= REPLAY_SLOTS_MAX:
+            if self._replay_round_full():
                 self._write_replay_slots()
             return rejected
         elif kind is RecordKind.MASTER_KEY:

@@ -141,12 +141,23 @@ def assert_same_replay(
 
 @pytest.mark.parametrize("chunk_size", [16 * 1024, 64 * 1024 + 3, replay_module.READ_CHUNK_SIZE])
 @pytest.mark.parametrize("log_size_limit", [1024 * 1024 * 1024, 50_000])
-@pytest.mark.parametrize("slots_max", [storage_module.REPLAY_SLOTS_MAX, 97])
+@pytest.mark.parametrize(
+    ("slots_max", "slots_min"),
+    # as shipped; rounds bounded by the maximum; rounds of 16 slots per ledger among 7 (the minimum 40)
+    [(storage_module.REPLAY_SLOTS_MAX, storage_module.REPLAY_SLOTS_MIN), (97, 97), (10_000, 40)],
+)
 def test_mixed_journal_same_files_and_reads(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, chunk_size: int, log_size_limit: int, slots_max: int
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    chunk_size: int,
+    log_size_limit: int,
+    slots_max: int,
+    slots_min: int,
 ) -> None:
     monkeypatch.setattr(replay_module, "READ_CHUNK_SIZE", chunk_size)
     monkeypatch.setattr(storage_module, "REPLAY_SLOTS_MAX", slots_max)
+    monkeypatch.setattr(storage_module, "REPLAY_SLOTS_MIN", slots_min)
+    monkeypatch.setattr(storage_module, "REPLAY_SLOTS_PER_LEDGER", 16)
     data = journal_bytes(6, mixed_bodies(), pad_every=13)
     (fast, report), (slow, _) = assert_same_replay(
         tmp_path, data + bytes(4096), monkeypatch, log_size_limit=log_size_limit
