@@ -28,7 +28,7 @@ from typing import Final
 
 import rocksdict as rd
 
-from bkctl.errors import CorruptDataError
+from bkctl.errors import CorruptDataError, UsageError
 from bkctl.server.fileio import CLOEXEC, fsync_directory
 from bkctl.server.rocksdb_settings import DEFAULT as DEFAULT_SETTINGS
 from bkctl.server.rocksdb_settings import RocksDbSettings
@@ -97,6 +97,16 @@ def _options(huge: bool, settings: RocksDbSettings, name: str) -> rd.Options:
     return options
 
 
+def _make_log_dir(directory: Path) -> None:
+    """A db's directory under dbStorage_rocksDB_logPath, made as Java makes it."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(
+            f"config key dbStorage_rocksDB_logPath: cannot create {directory}: {exc.strerror or exc}"
+        ) from None
+
+
 def _bounded(end: bytes) -> rd.ReadOptions:
     """Read options of an iteration that stops before `end`."""
     bound = rd.ReadOptions()
@@ -148,7 +158,7 @@ class KeyValueDb:
                 (where / item.name).symlink_to(item.absolute())
             access = rd.AccessType.read_only()
         if settings.log_path is not None:
-            (settings.log_path / path.name).mkdir(parents=True, exist_ok=True)  # as Java makes it
+            _make_log_dir(settings.log_path / path.name)
         try:
             options = _options(huge, settings, path.name)
             # The default column family's options named too: on an existing database rocksdict would

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -266,6 +267,10 @@ def test_rocksdb_keys_tune_the_db_engine_as_javas_do(tmp_path: Path) -> None:
             assert line in options
     finally:
         db.close()
+    with pytest.raises(UsageError, match=r"dbStorage_rocksDB_logPath: cannot create /proc/nope/locations"):
+        KeyValueDb(
+            tmp_path / "x" / "locations", huge=True, settings=replace(settings, log_path=Path("/proc/nope"))
+        )
     logs = list((tmp_path / "rocksdb-logs" / "locations").iterdir())
     assert logs and all(path.name.endswith("LOG") for path in logs)
     assert not (tmp_path / "current" / "locations" / "LOG").exists()
