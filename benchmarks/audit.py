@@ -9,6 +9,7 @@ ran.
     python benchmarks/audit.py                          # 1,000 ledgers x 1,000 entries = 1 million
     python benchmarks/audit.py --entries 5000           # 5 million
     python benchmarks/audit.py --keep /tmp/c1 --only offline --rounds 3   # build once, audit again
+    python benchmarks/audit.py --storage db             # DbLedgerStorage bookies (RocksDB indexes)
 """
 
 from __future__ import annotations
@@ -43,11 +44,11 @@ MODES = {
 }
 
 
-def write_cluster(root: Path, uri: str, ledgers: int, entries: int, base_port: int) -> None:
+def write_cluster(root: Path, uri: str, ledgers: int, entries: int, base_port: int, storage: str) -> None:
     """`ledgers` closed ledgers of exactly `entries` entries each, on 3 bookie processes."""
     with layout_at(uri) as layout:
         layout.init_cluster()
-    children, _ = start_children(root, uri, 3, base_port)
+    children, _ = start_children(root, uri, 3, base_port, ("--storage", storage))
     try:
         written = run_client(uri, lambda client: fill(client, ledgers, entries, 100))
         assert written == ledgers * entries, written
@@ -98,12 +99,16 @@ async def fill(client: Any, ledgers: int, entries: int, size: int) -> int:
 
 
 @contextmanager
-def cluster(keep: Path | None, ledgers: int, entries: int) -> Iterator[tuple[Path, str, int]]:
+def cluster(keep: Path | None, ledgers: int, entries: int, storage: str) -> Iterator[tuple[Path, str, int]]:
     """(root, metadata URI, base port) of a written cluster: built in `keep` once and reused, or in a
     temporary directory removed afterwards."""
     if keep is not None and (keep / "built.json").is_file():
         built = json.loads((keep / "built.json").read_text())
-        assert (built["ledgers"], built["entries"]) == (ledgers, entries), built
+        assert (built["ledgers"], built["entries"], built.get("storage", "interleaved")) == (
+            ledgers,
+            entries,
+            storage,
+        ), built
         yield keep, built["uri"], built["base_port"]
         return
     with tempfile.TemporaryDirectory(dir=REPO / "benchmarks") as tmp:
@@ -111,8 +116,9 @@ def cluster(keep: Path | None, ledgers: int, entries: int) -> Iterator[tuple[Pat
         root.mkdir(parents=True, exist_ok=True)
         uri = f"sqlite://{root / 'metadata.db'}"
         base_port = free_base_port(3)
-        write_cluster(root, uri, ledgers, entries, base_port)
+        write_cluster(root, uri, ledgers, entries, base_port, storage)
         built = {"ledgers": ledgers, "entries": entries, "uri": uri, "base_port": base_port}
+        built["storage"] = storage
         (root / "built.json").write_text(json.dumps(built))
         yield root, uri, base_port
 
@@ -124,9 +130,9 @@ def free_base_port(count: int) -> int:
 
 
 def run(
-    ledgers: int, entries: int, keep: Path | None, modes: list[str], rounds: int
+    ledgers: int, entries: int, keep: Path | None, modes: list[str], rounds: int, storage: str
 ) -> Iterator[dict[str, Any]]:
-    with cluster(keep, ledgers, entries) as (root, uri, base_port):
+    with cluster(keep, ledgers, entries, storage) as (root, uri, base_port):
         offline = resolve_bookie_dirs([str(p) for p in sorted(root.glob("bookie-*"))])
         load = loadavg()
         started = time.monotonic()
@@ -138,7 +144,7 @@ def run(
                 for _ in range(rounds):
                     yield timed_audit(spark, uri, offline, name, MODES[name][1])
             if any(MODES[m][0] for m in modes):
-                children, _ = start_children(root, uri, 3, base_port)
+                children, _ = start_children(root, uri, 3, base_port, ("--storage", storage))
                 try:
                     online, problems = registered_bookies(uri)
                     assert len(online) == 3 and not problems, problems
@@ -179,9 +185,10 @@ def main() -> None:
     parser.add_argument("--keep", type=Path, help="build the cluster here once; later runs reuse it")
     parser.add_argument("--only", nargs="+", choices=list(MODES), default=list(MODES))
     parser.add_argument("--rounds", type=int, default=1, help="audits per mode")
+    parser.add_argument("--storage", choices=("interleaved", "db"), default="interleaved")
     args = parser.parse_args()
-    for line in run(args.ledgers, args.entries, args.keep, args.only, args.rounds):
-        print(json.dumps({"ledgers": args.ledgers, **line}), flush=True)
+    for line in run(args.ledgers, args.entries, args.keep, args.only, args.rounds, args.storage):
+        print(json.dumps({"ledgers": args.ledgers, "storage": args.storage, **line}), flush=True)
 
 
 if __name__ == "__main__":

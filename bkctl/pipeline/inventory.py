@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from bkctl import limits
-from bkctl.errors import BkctlError, CorruptDataError, UsageError
+from bkctl.errors import BkctlError, UsageError
 from bkctl.files.chunks import open_read_only
 from bkctl.files.index import IndexFile, index_entries, open_index
 from bkctl.files.marks import read_last_mark
@@ -195,11 +195,41 @@ def index_holdings(
 
 
 DB_KEYS_PER_READ = 65536  # locations db keys turned into numpy arrays at once
+# A locations db key (ledger id, entry id) and its value, as KeyValueDb.packed_chunks packs them.
+_DB_RECORD = np.dtype([("key", ">i8", (2,)), ("location", ">u8")])
 
 
-def db_holdings(bookie: BookieDirs, current: Path, verify: Verify | None) -> Iterator[HoldingRow]:
-    """What a DbLedgerStorage dir's locations db says the bookie holds (a problem row when it cannot be
-    read), ledger by ledger; the keys are decoded by numpy a chunk at a time, as index slots are."""
+def db_ranges(current: Path, ledgers_per_range: int) -> list[tuple[bytes, bytes | None]]:
+    """Key ranges that cover a DbLedgerStorage dir's locations db, about `ledgers_per_range` ledgers of
+    its ledgers db each, for several tasks to read one db (the whole db when that cannot be read)."""
+    from bkctl.protocol import db_format as dbf
+    from bkctl.server.db_ledger_index import open_ledgers
+
+    try:
+        db = open_ledgers(current, read_only=True)
+    except (BkctlError, OSError):
+        return [(b"", None)]
+    try:
+        keys = [key for key, _ in db.items()]
+    except (BkctlError, OSError):
+        keys = []
+    finally:
+        db.close()
+    # A ledgers db key is the ledger id as a locations key starts with it (8 bytes, big-endian).
+    bounds = [
+        key + bytes(8)
+        for key in keys[ledgers_per_range::ledgers_per_range]
+        if len(key) == dbf.LEDGER_KEY_SIZE
+    ]
+    return list(zip([b"", *bounds], [*bounds, None], strict=True))
+
+
+def db_holdings(
+    bookie: BookieDirs, current: Path, verify: Verify | None, first: bytes = b"", end: bytes | None = None
+) -> Iterator[HoldingRow]:
+    """What a DbLedgerStorage dir's locations db says the bookie holds, of the keys in [first, end) (a
+    problem row when it cannot be read), ledger by ledger; the keys are decoded by numpy a chunk at a
+    time, as index slots are."""
     from bkctl.server.db_ledger_index import open_locations
 
     try:
@@ -212,7 +242,11 @@ def db_holdings(bookie: BookieDirs, current: Path, verify: Verify | None) -> Ite
     known = np.fromiter(entry_log_ids(bookie), dtype=np.int64)
     try:
         pending: tuple[int, list[Any], list[Any]] | None = None  # a ledger running across chunks
-        for keys, values in _db_chunks(db):
+        for packed in db.packed_chunks(
+            _DB_RECORD["key"].itemsize, ixf.SLOT_SIZE, DB_KEYS_PER_READ, first, end
+        ):
+            records = np.frombuffer(packed, dtype=_DB_RECORD)
+            keys, values = records["key"].astype(np.int64), records["location"]
             for ledger_id, ids, locations in _by_ledger(keys, values, known):
                 if pending is not None and pending[0] != ledger_id:
                     yield from _db_ledger_rows(bookie, *pending, verify)
@@ -226,26 +260,6 @@ def db_holdings(bookie: BookieDirs, current: Path, verify: Verify | None) -> Ite
         yield problem_row(bookie.bookie_id, f"{current}: {exc}")
     finally:
         db.close()
-
-
-def _db_chunks(db: Any) -> Iterator[tuple[npt.NDArray[Any], npt.NDArray[Any]]]:
-    keys: list[bytes] = []
-    values: list[bytes] = []
-    for key, value in db.items():
-        if len(key) != 16 or len(value) != 8:
-            raise CorruptDataError(f"key {key.hex()}: not a locations db key and value")
-        keys.append(key)
-        values.append(value)
-        if len(keys) >= DB_KEYS_PER_READ:
-            yield _arrays(keys, values)
-            keys, values = [], []
-    if keys:
-        yield _arrays(keys, values)
-
-
-def _arrays(keys: list[bytes], values: list[bytes]) -> tuple[npt.NDArray[Any], npt.NDArray[Any]]:
-    pairs = np.frombuffer(b"".join(keys), dtype=">i8").reshape(-1, 2).astype(np.int64)
-    return pairs, np.frombuffer(b"".join(values), dtype=">u8")
 
 
 def _by_ledger(

@@ -148,22 +148,32 @@ class BookieFilesReader(DataSourceReader):
         self.options = dict(options)
 
     def partitions(self) -> list[InputPartition]:
+        from bkctl.pipeline import inventory
+
         parts: list[InputPartition] = []
         for i, bookie in enumerate(self.bookies):
             files = [str(p) for p in index_files(bookie)]
             for start in range(0, len(files), FILES_PER_PARTITION_MAX):
-                parts.append(InputPartition(("index", i, files[start : start + FILES_PER_PARTITION_MAX])))
-            parts += [InputPartition(("db", i, [str(d)])) for d in db_dirs(bookie)]
-            parts += [InputPartition(("journal", i, [str(d)])) for d in sorted(bookie.journal_dirs)]
-        return parts or [InputPartition(("none", 0, []))]
+                parts.append(
+                    InputPartition(("index", i, files[start : start + FILES_PER_PARTITION_MAX], None))
+                )
+            # A locations db in key ranges of as many ledgers as a partition has index files.
+            for directory in db_dirs(bookie):
+                for key_range in inventory.db_ranges(directory, FILES_PER_PARTITION_MAX):
+                    parts.append(InputPartition(("db", i, [str(directory)], key_range)))
+            parts += [InputPartition(("journal", i, [str(d)], None)) for d in sorted(bookie.journal_dirs)]
+        return parts or [InputPartition(("none", 0, [], None))]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        kind, i, paths = partition.value
+        kind, i, paths, key_range = partition.value
         if kind == "none":
             return
-        yield from batches(self._rows(kind, self.bookies[i], paths), _HOLDING_NAMES, _holding_types())
+        rows = self._rows(kind, self.bookies[i], paths, key_range)
+        yield from batches(rows, _HOLDING_NAMES, _holding_types())
 
-    def _rows(self, kind: str, bookie: BookieDirs, paths: list[str]) -> Iterator[HoldingRow]:
+    def _rows(
+        self, kind: str, bookie: BookieDirs, paths: list[str], key_range: tuple[bytes, bytes | None] | None
+    ) -> Iterator[HoldingRow]:
         from bkctl.pipeline import inventory
 
         verify = _decode_verify(self.options)
@@ -172,7 +182,7 @@ class BookieFilesReader(DataSourceReader):
             if kind == "index":
                 yield from inventory.index_holdings(bookie, path, verify, logs)
             elif kind == "db":
-                yield from inventory.db_holdings(bookie, path, verify)
+                yield from inventory.db_holdings(bookie, path, verify, *(key_range or (b"", None)))
             else:
                 yield from inventory.journal_holdings(bookie, path, verify)
 

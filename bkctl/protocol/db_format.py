@@ -24,6 +24,7 @@ _LEDGER_KEY: Final = struct.Struct(">q")
 _LOCATION_KEY: Final = struct.Struct(">qq")
 _LOCATION: Final = struct.Struct(">q")
 LOCATION_KEY_SIZE: Final = _LOCATION_KEY.size
+LEDGER_KEY_SIZE: Final = _LEDGER_KEY.size
 LOCATION_KEY: Final = _LOCATION_KEY  # packs (ledger id, entry id) into a locations key
 # A locations key and its value one after the other: how bkctl hands locations to RocksDB in bulk
 # (rocksdb_store.KeyValueDb.write_records), not a format of Java's.

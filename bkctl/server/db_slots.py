@@ -11,13 +11,14 @@ process's only, never the bookie's.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Final
 
 import numpy as np
 import numpy.typing as npt
 
+from bkctl.errors import CorruptDataError
 from bkctl.protocol import db_format as dbf
 from bkctl.protocol import index_format as ixf
 from bkctl.server.rocksdb_store import KeyValueDb
@@ -56,8 +57,11 @@ class DbSlots:
         OSError for a key or value of the wrong size (the log is then kept)."""
         for ledger_id, db in self._of.items():
             first, end = dbf.location_key(ledger_id, 0), dbf.location_key(ledger_id + 1, 0)
-            for keys, values in db.chunks(first, end, CHUNK_ENTRIES):
-                yield from _naming(db, ledger_id, log_id, keys, values)
+            try:
+                for packed in db.packed_chunks(_KEY_SIZE, ixf.SLOT_SIZE, CHUNK_ENTRIES, first, end):
+                    yield from _naming(ledger_id, log_id, packed)
+            except CorruptDataError as exc:
+                raise OSError(f"ledger {ledger_id}: {exc}") from None
 
     def slot(self, ledger_id: int, entry_id: int) -> int:
         """The location of one entry (0: none)."""
@@ -71,14 +75,9 @@ class DbSlots:
         self._of.clear()
 
 
-def _naming(
-    db: KeyValueDb, ledger_id: int, log_id: int, keys: Sequence[bytes], values: Sequence[bytes]
-) -> Iterator[tuple[int, Column, Column]]:
-    joined_keys, joined_values = b"".join(keys), b"".join(values)
-    if len(joined_keys) != _KEY_SIZE * len(keys) or len(joined_values) != ixf.SLOT_SIZE * len(values):
-        raise OSError(f"{db.path}: ledger {ledger_id}: a location key or value of the wrong size")
-    entries = np.frombuffer(joined_keys, ">i8").reshape(-1, 2)[:, 1].astype(np.int64)
-    slots = np.frombuffer(joined_values, ">i8").astype(np.int64)
+def _naming(ledger_id: int, log_id: int, packed: bytes) -> Iterator[tuple[int, Column, Column]]:
+    records = np.frombuffer(packed, ">i8").reshape(-1, 3)  # ledger id, entry id, location
+    entries, slots = records[:, 1].astype(np.int64), records[:, 2].astype(np.int64)
     hits = np.flatnonzero((slots >> 32 == log_id) & (slots != 0))
     if len(hits):
         yield ledger_id, (slots[hits] & _OFFSET_MASK) - _SIZE_PREFIX, entries[hits]

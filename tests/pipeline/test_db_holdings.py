@@ -63,3 +63,35 @@ async def test_db_holdings_of_two_ledger_dirs_read_each_dirs_own_logs(tmp_path: 
             size = len(bits) * 8
             assert problem is None and not bitmaps.unpack(bad, size).any()
             assert bitmaps.unpack(ok, size).sum() == bitmaps.unpack(bits, size).sum() == 200
+
+
+@twisted_test
+async def test_db_holdings_in_key_ranges_are_the_whole_dbs_and_name_a_bad_key(tmp_path: Path) -> None:
+    """The audit reads one locations db in several tasks, in key ranges cut at ledgers of the ledgers
+    db: together they are the whole db, also the locations of a ledger the ledgers db does not list;
+    a key of the wrong size is a problem row that names it."""
+    from bkctl.protocol import db_format as dbf
+    from bkctl.server.db_ledger_index import open_ledgers, open_locations
+
+    durable = Durable()
+    storage = started(tmp_path, durable, engine="db")
+    for ledger_id in range(7):
+        await add_all(storage, durable, ledger_id, 30)
+    await storage.stop()
+    current = tmp_path / "ledgers" / "current"
+    ledgers = open_ledgers(current)
+    ledgers.write({}, [dbf.ledger_key(4)])  # ledger 4's locations stay, its state goes
+    ledgers.close()
+    bookie = BookieDirs("b", [current])
+    whole = list(inventory.db_holdings(bookie, current, None))
+    assert [row[1] for row in whole] == list(range(7))
+    ranges = inventory.db_ranges(current, 2)
+    assert len(ranges) == 3 and ranges[0][0] == b"" and ranges[-1][1] is None  # ledgers 0-1, 2-3|5, 6
+    assert [
+        row for first, end in ranges for row in inventory.db_holdings(bookie, current, None, first, end)
+    ] == whole
+    locations = open_locations(current)
+    locations.write({b"\x00" * 15: bytes(8)})
+    locations.close()
+    [problem] = [row for row in inventory.db_holdings(bookie, current, None) if row[-1] is not None]
+    assert "key 000000000000000000000000000000: not a 16-byte key and 8-byte value" in problem[-1]
