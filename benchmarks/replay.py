@@ -11,6 +11,7 @@
     python benchmarks/replay.py --size-mb 64    # quick run
     python benchmarks/replay.py --replay-only   # restart only
     python benchmarks/replay.py --replay-only --storage db --dirs 2   # two ledger dirs
+    python benchmarks/replay.py --replay-only --ledgers 2000          # a real cluster's shape
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ COMMIT_BYTES = 512 * 1024
 KEY = entry.master_key(b"bench")
 
 
-def write_journal(directory: Path, size_bytes: int) -> int:
-    """A V6 journal in `directory`/journal/current; returns the number of entries."""
+def write_journal(directory: Path, size_bytes: int, ledgers: int = LEDGERS) -> int:
+    """A V6 journal in `directory`/journal/current, entries round-robin over `ledgers` ledgers; returns
+    the number of entries."""
     current = directory / "journal" / "current"
     current.mkdir(parents=True)
     (directory / "ledgers" / "current").mkdir(parents=True)
@@ -43,11 +45,11 @@ def write_journal(directory: Path, size_bytes: int) -> int:
     entries = 0
     with open(current / journal_format.journal_file_name(journal_id), "wb") as out:
         chunk = bytearray(journal_format.encode_header(journal_format.VERSION_MAX))
-        for ledger_id in range(LEDGERS):
+        for ledger_id in range(ledgers):
             chunk += journal_format.encode_record(journal_format.encode_master_key(ledger_id, KEY))
         position = since_commit = 0
         while position + len(chunk) < size_bytes:
-            ledger_id, entry_id = entries % LEDGERS, entries // LEDGERS
+            ledger_id, entry_id = entries % ledgers, entries // ledgers
             body = entry.package_entry(DigestType.CRC32C, ledger_id, entry_id, entry_id - 1, 0, payload)
             record = journal_format.encode_record(body)
             chunk += record
@@ -67,10 +69,12 @@ def write_journal(directory: Path, size_bytes: int) -> int:
     return entries
 
 
-def bench_replay(size_mb: int, base: Path, engine: str = "interleaved", dirs: int = 1) -> dict[str, Any]:
+def bench_replay(
+    size_mb: int, base: Path, engine: str = "interleaved", dirs: int = 1, ledgers: int = LEDGERS
+) -> dict[str, Any]:
     directory = base / "replay"
     started = time.perf_counter()
-    entries = write_journal(directory, size_mb * 1024 * 1024)
+    entries = write_journal(directory, size_mb * 1024 * 1024, ledgers)
     for extra in _ledger_dirs(directory, dirs)[1:]:
         (extra / "current").mkdir(parents=True)
     written_s = time.perf_counter() - started
@@ -173,7 +177,7 @@ def drop_page_cache(directory: Path) -> int:
 
 
 def bench_cold_reads(
-    base: Path, engine: str, count: int, drop: bool = False, dirs: int = 1
+    base: Path, engine: str, count: int, drop: bool = False, dirs: int = 1, ledgers: int = LEDGERS
 ) -> dict[str, Any]:
     """Reads of `count` random entries through a freshly started storage on the replayed dir: nothing in
     the bookie's caches (index pages / RocksDB blocks); the OS page cache as the replay left it, or with
@@ -183,12 +187,12 @@ def bench_cold_reads(
     config = _config(base / "replay", sync=True, engine=engine, dirs=dirs)
     storage = Storage(config, lambda tokens: None, _NoReactor())
     storage.start()
-    last = {ledger_id: storage.read(ledger_id, -1)[1] for ledger_id in range(LEDGERS)}
+    last = {ledger_id: storage.read(ledger_id, -1)[1] for ledger_id in range(ledgers)}
     last_ids = {ledger_id: int.from_bytes(data[8:16], "big") for ledger_id, data in last.items()}
     picks_rng = random.Random(count)  # the same picks for every engine and run
     picks = [
         (ledger_id, picks_rng.randint(0, last_ids[ledger_id]))
-        for ledger_id in picks_rng.choices(range(LEDGERS), k=count)
+        for ledger_id in picks_rng.choices(range(ledgers), k=count)
     ]
     if drop:
         drop_page_cache(base / "replay")
@@ -232,6 +236,7 @@ def main() -> None:
     parser.add_argument("--replay-only", action="store_true", help="skip the add run")
     parser.add_argument("--storage", default="interleaved", help="interleaved or db (DbLedgerStorage)")
     parser.add_argument("--dirs", type=int, default=1, help="ledger dirs (the db engine: one store each)")
+    parser.add_argument("--ledgers", type=int, default=LEDGERS, help="ledgers the entries rotate over")
     parser.add_argument(
         "--cold-reads",
         type=int,
@@ -241,7 +246,7 @@ def main() -> None:
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="bkctl-replay-", dir=args.dir))
     try:
-        replay = bench_replay(args.size_mb, base, args.storage, args.dirs)
+        replay = bench_replay(args.size_mb, base, args.storage, args.dirs, args.ledgers)
         print(
             f"replay: {replay['journal_mb']:.0f} MB, {replay['entries']} entries "
             f"(journal written in {replay['write_journal_s']:.1f} s); scan {replay['scan_s']:.2f} s; "
@@ -250,7 +255,7 @@ def main() -> None:
         )
         assert replay["entries"] == replay["expected_entries"], replay
         for drop in (False, True) if args.cold_reads else ():
-            cold = bench_cold_reads(base, args.storage, args.cold_reads, drop, args.dirs)
+            cold = bench_cold_reads(base, args.storage, args.cold_reads, drop, args.dirs, args.ledgers)
             where = "page cache dropped" if drop else "page cache as left"
             rate = (
                 f"{cold['reads_per_s']:.0f} reads/s, {cold['failed']} failed; per read: "
