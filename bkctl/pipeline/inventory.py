@@ -28,6 +28,7 @@ from bkctl.metadata.stores import layout_at
 from bkctl.model import INVALID_ENTRY_ID, DigestType, LedgerState
 from bkctl.pipeline import bitmaps
 from bkctl.pipeline.bookie_dirs import BookieDirs
+from bkctl.protocol import db_format as dbf
 from bkctl.protocol import entry as entry_codec
 from bkctl.protocol import entrylog_format as ef
 from bkctl.protocol import index_format as ixf
@@ -202,7 +203,6 @@ _DB_RECORD = np.dtype([("key", ">i8", (2,)), ("location", ">u8")])
 def db_ranges(current: Path, ledgers_per_range: int) -> list[tuple[bytes, bytes | None]]:
     """Key ranges that cover a DbLedgerStorage dir's locations db, about `ledgers_per_range` ledgers of
     its ledgers db each, for several tasks to read one db (the whole db when that cannot be read)."""
-    from bkctl.protocol import db_format as dbf
     from bkctl.server.db_ledger_index import open_ledgers
 
     try:
@@ -215,12 +215,8 @@ def db_ranges(current: Path, ledgers_per_range: int) -> list[tuple[bytes, bytes 
         keys = []
     finally:
         db.close()
-    # A ledgers db key is the ledger id as a locations key starts with it (8 bytes, big-endian).
-    bounds = [
-        key + bytes(8)
-        for key in keys[ledgers_per_range::ledgers_per_range]
-        if len(key) == dbf.LEDGER_KEY_SIZE
-    ]
+    starts = keys[ledgers_per_range::ledgers_per_range]
+    bounds = [dbf.location_key(dbf.decode_ledger_key(k), 0) for k in starts if len(k) == dbf.LEDGER_KEY_SIZE]
     return list(zip([b"", *bounds], [*bounds, None], strict=True))
 
 

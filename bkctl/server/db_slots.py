@@ -27,7 +27,6 @@ Column = npt.NDArray[np.int64]
 
 _SIZE_PREFIX: Final = 4
 _OFFSET_MASK: Final = 0xFFFFFFFF
-_KEY_SIZE: Final = 2 * ixf.SLOT_SIZE  # ledger id, entry id (big-endian)
 CHUNK_ENTRIES: Final = 65_536  # local bound: locations held at once while looking for a log's
 
 
@@ -58,7 +57,9 @@ class DbSlots:
         for ledger_id, db in self._of.items():
             first, end = dbf.location_key(ledger_id, 0), dbf.location_key(ledger_id + 1, 0)
             try:
-                for packed in db.packed_chunks(_KEY_SIZE, ixf.SLOT_SIZE, CHUNK_ENTRIES, first, end):
+                for packed in db.packed_chunks(
+                    dbf.LOCATION_KEY_SIZE, ixf.SLOT_SIZE, CHUNK_ENTRIES, first, end
+                ):
                     yield from _naming(ledger_id, log_id, packed)
             except CorruptDataError as exc:
                 raise OSError(f"ledger {ledger_id}: {exc}") from None
