@@ -8,8 +8,9 @@ this class answers the same calls as index.IndexStore (server/ledger_storage.py'
 As in Java, every ledger's state is read into memory at open; a checkpoint writes its locations after
 the entry log is fsynced (in slices, into the memtable without the WAL: rocksdb_store.KeyValueDb.
 write_records), then the ledgers' state in a synced batch; the locations become durable when the bookie
-flushes the memtable (`persist`), before lastMark moves past them. A replay's locations go through the
-WAL instead, synced by the same `persist`.
+flushes the memtable (`persist`), before lastMark moves past them. A replay's locations are held in
+memory (replayed_locations.py) for the first checkpoint after the start to write, up to REPLAY_HELD_MAX;
+beyond that they go through the WAL, synced by the same `persist`.
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ import threading
 from array import array
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Final
+from typing import Final, NamedTuple
 
 from bkctl.errors import CorruptDataError, ProtocolError
 from bkctl.protocol import db_format as dbf
 from bkctl.protocol import index_format as ixf
 from bkctl.server.index import LoadedIndex
+from bkctl.server.replayed_locations import ReplayedLocations
 from bkctl.server.rocksdb_settings import DEFAULT as DEFAULT_SETTINGS
 from bkctl.server.rocksdb_settings import RocksDbSettings
 from bkctl.server.rocksdb_store import KeyValueDb
@@ -35,6 +37,17 @@ log = logging.getLogger("bkctl.bookie")
 _pack_location_key: Final = dbf.LOCATION_KEY.pack
 _RECORD: Final = dbf.LOCATION_RECORD
 _NATIVE_IS_BIG: Final = sys.byteorder == "big"
+# Replayed locations held in memory for the first checkpoint (16 bytes each: 64 MB); a longer replay
+# writes them all to RocksDB as it goes, as a replay did before they were held.
+REPLAY_HELD_MAX: Final = 4_000_000  # local bound
+
+
+class _Locations(NamedTuple):
+    """A ledger's locations queued for the next commit, at the same index in both arrays."""
+
+    ledger_id: int
+    entry_ids: array[int]
+    locations: array[int]
 
 
 def _big_endian(numbers: array[int]) -> array[int]:
@@ -113,9 +126,13 @@ class DbLedgerIndex:
         self._locations_db: KeyValueDb | None = None
         self._get_location: Callable[[bytes], bytes | None] | None = None  # the locations db's get
         self._ledgers: dict[int, dbf.LedgerData] = {}
-        # _RECORD runs in write order: a WriteBatch applies them in order, so a later one wins.
-        self._pending_locations: list[bytes] = []
+        # In write order: a WriteBatch applies them in order, so a later one wins.
+        self._pending_locations: list[_Locations] = []
         self._pending_ledgers: dict[bytes, bytes] = {}
+        # A replay's locations not in RocksDB yet (`commit`); replaced, not emptied, once written, so a
+        # reader on another thread sees them either here or in RocksDB.
+        self._held = ReplayedLocations()
+        self._held_lock = threading.Lock()
 
     def open(self) -> None:
         self.current.mkdir(parents=True, exist_ok=True)
@@ -152,19 +169,25 @@ class DbLedgerIndex:
         return LoadedIndex(path, header_of(self._ledgers[ledger_id]), self.last_entry_id(ledger_id))
 
     def last_entry_id(self, ledger_id: int) -> int:
+        held = self._held.last_entry_id(ledger_id)
         found = self._locations.last_before(dbf.location_key(ledger_id + 1, 0))
         if found is None:
-            return -1
+            return held
         found_ledger, entry_id = dbf.decode_location_key(found[0])
-        return entry_id if found_ledger == ledger_id else -1
+        return max(held, entry_id) if found_ledger == ledger_id else held
 
     def location(self, ledger_id: int, entry_id: int) -> tuple[int, Path | None, int]:
         # Every read from the entry logs asks: the binding's get and the key's packer, no wrappers.
+        path = self._locations_path
+        held = self._held
+        if held.count:  # a replayed location is the entry's latest
+            location = held.location(ledger_id, entry_id)
+            if location:
+                return location, path, 0
         get = self._get_location
         if get is None:
             get = self._get_location = self._locations.getter()
         value = get(_pack_location_key(ledger_id, entry_id))
-        path = self._locations_path
         if value is None:
             return 0, path, 0
         try:
@@ -173,11 +196,18 @@ class DbLedgerIndex:
             raise CorruptDataError(f"{path}: ledger {ledger_id} entry {entry_id}: {exc}") from None
 
     def entry_ids(self, ledger_id: int) -> Iterator[int]:
-        """The ledger's entry ids in the locations db, ascending."""
-        for key, _ in self._locations.items(
-            dbf.location_key(ledger_id, 0), dbf.location_key(ledger_id + 1, 0)
-        ):
-            yield dbf.decode_location_key(key)[1]
+        """The ledger's entry ids in the locations db and held, ascending."""
+        held = self._held.entry_ids(ledger_id)
+        stored = (
+            dbf.decode_location_key(key)[1]
+            for key, _ in self._locations.items(
+                dbf.location_key(ledger_id, 0), dbf.location_key(ledger_id + 1, 0)
+            )
+        )
+        if held:
+            yield from sorted(held.union(stored))
+        else:
+            yield from stored
 
     def ledger_ids(self) -> set[int]:
         self._ledgers_store  # noqa: B018
@@ -193,7 +223,7 @@ class DbLedgerIndex:
             if min(locations) < 0:
                 raise CorruptDataError("negative entry id in index slots")
             self._pending_locations.append(
-                _records(ledger_id, array("q", locations.keys()), array("q", locations.values()))
+                _Locations(ledger_id, array("q", locations.keys()), array("q", locations.values()))
             )
         if header is not None:
             data = data_of(header)
@@ -208,35 +238,60 @@ class DbLedgerIndex:
             raise CorruptDataError("negative entry id in index slots")
         locations = _numbers(slots)
         entry_ids = array("q", range(first_entry_id, first_entry_id + len(locations)))
-        self._pending_locations.append(_records(ledger_id, entry_ids, locations))
+        self._pending_locations.append(_Locations(ledger_id, entry_ids, locations))
         self.write(ledger_id, header, {})
 
     def commit(self, replayed: bool = False) -> None:
-        """The queued locations into the memtable, then the ledgers' state in a synced batch.
+        """The queued locations into the memtable (the held replayed ones first: older), then the
+        ledgers' state in a synced batch.
 
         A checkpoint's locations skip RocksDB's WAL: no record per entry, no fdatasync per checkpoint
         (each one a disk cache flush the journal's fdatasync waits behind). They are durable once
         `persist` has flushed them, which the bookie does before lastMark moves past their entries (a
         kill -9 before that replays them from the journal) and before compaction's scan reads the
-        database. A replay's (`replayed`) go through the WAL, unsynced: `persist` then syncs the WAL
+        database. A replay's (`replayed`) are held in memory (`_held`) while they number at most
+        REPLAY_HELD_MAX; past that they all go through the WAL, unsynced: `persist` then syncs the WAL
         once instead of waiting for a memtable flush at the end of the replay (a flush of each batch
         would leave a small SST file each, compacted again after the restart)."""
         with self._lock:
             locations, self._pending_locations = self._pending_locations, []
             ledgers, self._pending_ledgers = self._pending_ledgers, {}
-        if locations:
-            self._locations.write_records(locations, _RECORD, sync=False, wal=replayed)
+        count = sum(len(queued.entry_ids) for queued in locations)
+        if replayed and self._held.count + count <= REPLAY_HELD_MAX:
+            with self._held_lock:
+                for queued in locations:
+                    self._held.add(*queued)
+        else:
+            self._write_held(wal=replayed)
+            if locations:
+                records = [_records(*queued) for queued in locations]
+                self._locations.write_records(records, _RECORD, sync=False, wal=replayed)
         if ledgers:
             self._ledgers_store.write(ledgers)
 
+    def _write_held(self, wal: bool) -> None:
+        """The held replayed locations into RocksDB (see `commit`), once: a later location of the same
+        entry (a checkpoint's, compaction's) must never be overwritten by one of these."""
+        with self._held_lock:
+            held = self._held
+            if held.count:
+                records = [_records(*chunk) for chunk in held.chunks()]
+                self._locations.write_records(records, _RECORD, sync=False, wal=wal)
+                self._held = ReplayedLocations()
+                log.info("%s: %d replayed locations written", self._locations_path, held.count)
+
     @property
     def unpersisted(self) -> bool:
-        """Whether committed locations may not be durable yet (see `persist`)."""
+        """Whether committed locations may not be durable yet (see `persist`): held, or in RocksDB's
+        memtable or unsynced WAL."""
+        if self._held.count:
+            return True
         return self._locations_db is not None and self._locations_db.unpersisted
 
     def persist(self) -> None:
-        """Every committed location durable: the WAL synced, the memtable flushed into SST files (both
-        with the GIL released), as needed."""
+        """Every committed location durable: the held ones written, the WAL synced, the memtable
+        flushed into SST files (both with the GIL released), as needed."""
+        self._write_held(wal=False)
         if self._locations_db is not None:
             self._locations_db.persist()
 
@@ -286,6 +341,8 @@ class DbLedgerIndex:
         """Remove a ledger's state and locations (garbage collection); the ledgers db's path, or None."""
         if self._ledgers.pop(ledger_id, None) is None:
             return None
+        with self._held_lock:
+            self._held.drop(ledger_id)
         self._locations.delete_range(dbf.location_key(ledger_id, 0), dbf.location_key(ledger_id + 1, 0))
         self._ledgers_store.write({}, [dbf.ledger_key(ledger_id)])
         return self.current / dbf.LEDGERS_DB

@@ -280,7 +280,8 @@ class Storage:
         """Blocking, before the bookie listens: replay each journal from its lastMark, checkpoint, open files.
 
         Journals are replayed one after the other: a ledger's records are all in one journal, so the
-        order across journals does not matter.
+        order across journals does not matter. lastMark moves past the replayed records here, or, when
+        the db engine holds their locations in memory, at the first checkpoint, started at once.
         """
         check_storage(self.config.engine, (*self.config.ledger_dirs, *self.config.index_dirs))
         for directory in (
@@ -292,6 +293,7 @@ class Storage:
         for store in self._stores:
             store.open()
         marks = self._read_last_marks()
+        self.last_marks_written = tuple(mark for mark, _ in marks)
         report = merge_reports(
             [
                 replay(directory, mark, self._replay_record, self._replay_take, written_ns, progress)
@@ -302,9 +304,14 @@ class Storage:
         self._write_replay_slots()
         for journal, directory in zip(self._journals, self._journal_currents, strict=True):
             journal.start(_next_journal_id(directory))
-        self._write_last_marks(self._marks())
-        self._remove_old_journals(self._marks())
         self._started = True
+        if self._index_unpersisted():
+            # The db engine holds the replayed locations (db_ledger_index.REPLAY_HELD_MAX): the bookie
+            # listens now, and the checkpoint started as the reactor runs writes them and lastMark.
+            self._reactor.callLater(0, self._checkpoint_logged)
+        else:
+            self._write_last_marks(self._marks())
+            self._remove_old_journals(self._marks())
         self._schedule_periodic()
         log.info(
             "replayed %d records (%d entries, %.1f MB) from %s in %.3f s (%.0f MB/s)",

@@ -16,7 +16,9 @@ from twisted.internet.task import LoopingCall
 
 from bkctl.errors import ConflictError, UsageError
 from bkctl.protocol import db_format as dbf
+from bkctl.protocol import index_format as ixf
 from bkctl.protocol.wire import ReturnCode as RC
+from bkctl.server import db_ledger_index
 from bkctl.server.db_ledger_index import DbLedgerIndex, open_ledgers, open_locations, read_ledgers
 from bkctl.server.rocksdb_settings import DEFAULT as ROCKSDB_DEFAULT
 from bkctl.server.rocksdb_store import KeyValueDb
@@ -27,6 +29,7 @@ from tests.server.helpers import (
     KEY,
     OTHER_KEY,
     Durable,
+    ThreadedClock,
     abandon,
     config,
     packaged,
@@ -81,23 +84,105 @@ async def test_adds_checkpoint_into_rocksdb_and_survive_restarts(tmp_path: Path)
     await third.stop()
 
 
-@twisted_test
-async def test_entries_past_the_last_checkpoint_come_back_from_the_journal(tmp_path: Path) -> None:
+async def _killed_past_a_checkpoint(tmp_path: Path, fence: bool = False) -> None:
+    """Ledger 1's entries 0-9 checkpointed, 10-29 in the journal only (and ledger 2 fenced), then kill -9."""
     durable = Durable()
     storage = started(tmp_path, durable, engine="db")
     await add_all(storage, durable, 1, 10)
     await storage.checkpoint()
     for entry_id in range(10, 30):
         assert storage.add(1, entry_id, KEY, packaged(1, entry_id), False, entry_id) == RC.EOK
-    assert storage.fence(2, KEY, "fence") == RC.EOK
-    await wait_until(lambda: 29 in durable.tokens and "fence" in durable.tokens)
+    if fence:
+        assert storage.fence(2, KEY, "fence") == RC.EOK
+    await wait_until(lambda: 29 in durable.tokens and (not fence or "fence" in durable.tokens))
     _killed(storage)
+
+
+@twisted_test
+async def test_entries_past_the_last_checkpoint_come_back_from_the_journal(tmp_path: Path) -> None:
+    await _killed_past_a_checkpoint(tmp_path, fence=True)
     again = Storage(config(tmp_path, engine="db"), Durable(), reactor)
     report = again.start()
     assert report.entries == 20
     assert [again.read(1, e) for e in range(30)] == [(RC.EOK, packaged(1, e)) for e in range(30)]
     assert again.is_fenced(2)
     await again.stop()
+
+
+@twisted_test
+async def test_replayed_locations_are_served_from_memory_until_the_first_checkpoint(tmp_path: Path) -> None:
+    """The replay holds the db engine's locations in memory: the bookie serves them at once while
+    lastMark stays behind them, a kill -9 then replays the same records again, and the first checkpoint
+    (started as the reactor runs) writes them and moves lastMark."""
+    await _killed_past_a_checkpoint(tmp_path)
+    last_mark = tmp_path / "ledgers" / "current" / "lastMark"
+    mark = last_mark.read_bytes()
+    held = Storage(config(tmp_path, engine="db"), Durable(), ThreadedClock())  # its checkpoint never runs
+    assert held.start().entries == 20
+    index = held.store(0).index
+    assert index.unpersisted and last_mark.read_bytes() == mark
+    assert [held.read(1, e) for e in range(30)] == [(RC.EOK, packaged(1, e)) for e in range(30)]
+    assert list(index.entry_ids(1)) == list(range(30)) and index.last_entry_id(1) == 29
+    _killed(held)
+    again = Storage(config(tmp_path, engine="db"), Durable(), reactor)
+    assert again.start().entries == 20
+    await wait_until(lambda: last_mark.read_bytes() != mark)
+    assert not again.store(0).index.unpersisted
+    await again.stop()
+    final = Storage(config(tmp_path, engine="db"), Durable(), reactor)
+    assert final.start().entries == 0
+    assert [final.read(1, e) for e in range(30)] == [(RC.EOK, packaged(1, e)) for e in range(30)]
+    await final.stop()
+
+
+def _header() -> ixf.IndexHeader:
+    return ixf.IndexHeader(ixf.V1, KEY)
+
+
+def test_held_locations_are_written_once_by_persist_and_dropped_with_their_ledger(tmp_path: Path) -> None:
+    index = DbLedgerIndex(tmp_path / "current")
+    index.open()
+    index.write(1, _header(), {e: 1000 + e for e in range(10)})
+    index.write(2, _header(), {3: 76})
+    index.commit(replayed=True)
+    index.write(1, None, {4: 2004})  # a later replay round: its location wins
+    index.commit(replayed=True)
+    assert index.unpersisted
+    assert [index.location(1, 4)[0], index.location(1, 9)[0], index.location(2, 3)[0]] == [2004, 1009, 76]
+    assert index.delete(2) is not None and index.location(2, 3)[0] == 0
+    index.persist()
+    assert not index.unpersisted
+    index.close()
+    reopened = DbLedgerIndex(tmp_path / "current")
+    assert [reopened.location(1, 4)[0], reopened.location(1, 9)[0], reopened.location(2, 3)[0]] == [
+        2004,
+        1009,
+        0,
+    ]
+    reopened.close()
+
+
+def test_a_replay_past_the_held_bound_writes_its_locations_through_the_wal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Held locations die with the process (the journal has them again); past REPLAY_HELD_MAX a replay
+    writes them all to RocksDB's WAL as it goes, which RocksDB replays at the next open."""
+    monkeypatch.setattr(db_ledger_index, "REPLAY_HELD_MAX", 15)
+    index = DbLedgerIndex(tmp_path / "current")
+    index.open()
+    index.write(1, _header(), {e: 1000 + e for e in range(10)})
+    index.commit(replayed=True)  # held
+    index.close()
+    index = DbLedgerIndex(tmp_path / "current")
+    assert index.location(1, 0)[0] == 0
+    index.write(1, _header(), {e: 1000 + e for e in range(10)})
+    index.commit(replayed=True)  # held
+    index.write(1, None, {e: 2000 + e for e in range(10, 20)})
+    index.commit(replayed=True)  # 20 > 15: both rounds to the WAL
+    index.close()
+    index = DbLedgerIndex(tmp_path / "current")
+    assert [index.location(1, e)[0] for e in (0, 9, 10, 19)] == [1000, 1009, 2010, 2019]
+    index.close()
 
 
 @twisted_test
