@@ -1078,6 +1078,10 @@ class Storage:
             log.error("disk usage check failed: %s", exc)
         if self._running is None:
             self._checkpoint_logged()
+        else:
+            # Checkpoints the write cache starts back to back leave no gap for this one: the next of them
+            # moves lastMark, so it lags at most a flushInterval behind (see UNPERSISTED_MARK_INTERVAL_S).
+            self._mark_wanted = True
 
     def _checkpoint_logged(self, mark: bool = True) -> None:
         if self._running is None and self._stopping is None:
