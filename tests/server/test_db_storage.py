@@ -135,6 +135,28 @@ async def test_replayed_locations_are_served_from_memory_until_the_first_checkpo
     await final.stop()
 
 
+@twisted_test
+async def test_a_ledger_deleted_before_the_first_checkpoint_leaves_no_held_location_behind(
+    tmp_path: Path,
+) -> None:
+    durable = Durable()
+    storage = started(tmp_path, durable, engine="db")
+    await add_all(storage, durable, 1, 10)
+    await add_all(storage, durable, 2, 10)
+    _killed(storage)  # no checkpoint: every entry is replayed, its location held
+    last_mark = tmp_path / "ledgers" / "current" / "lastMark"
+    mark = last_mark.read_bytes()
+    again = Storage(config(tmp_path, engine="db"), Durable(), reactor)
+    assert again.start().entries == 20
+    assert again.delete_ledger(2)  # GC, before the reactor runs the first checkpoint
+    await wait_until(lambda: last_mark.read_bytes() != mark)
+    assert again.read(2, 0) == (RC.ENOLEDGER, b"") and again.read(1, 9) == (RC.EOK, packaged(1, 9))
+    await again.stop()
+    locations = KeyValueDb(tmp_path / "ledgers" / "current" / dbf.LOCATIONS_DB, huge=True, read_only=True)
+    assert sorted(dbf.decode_location_key(k) for k, _ in locations.items()) == [(1, e) for e in range(10)]
+    locations.close()
+
+
 def _header() -> ixf.IndexHeader:
     return ixf.IndexHeader(ixf.V1, KEY)
 
