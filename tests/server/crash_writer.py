@@ -87,9 +87,11 @@ def run_until_killed(
     engine: str = "interleaved",
     ledger_dir_count: int = 1,
     fault: str = "",
+    acked_at_fault: int = 1,
 ) -> list[tuple[int, int]]:
     """Run the writer on `directory` until ACKED_MIN adds are acknowledged, SIGKILL it; the acknowledged.
-    With `fault`, the writer kills itself at that fault point (bkctl/server/faults.py) instead."""
+    With `fault`, the writer kills itself at that fault point (bkctl/server/faults.py) instead, having
+    had at least `acked_at_fault` adds acknowledged."""
     args = [str(directory), str(journal_count), engine, str(ledger_dir_count)]
     child = subprocess.Popen(
         [sys.executable, "-m", "tests.server.crash_writer", *args],
@@ -111,7 +113,7 @@ def run_until_killed(
     reader = threading.Thread(target=collect, daemon=True)
     reader.start()
     deadline = time.monotonic() + DEADLINE_S
-    enough = 1 if fault else ACKED_ENOUGH
+    enough = acked_at_fault if fault else ACKED_ENOUGH
     while (fault or len(acked) < ACKED_MIN) and time.monotonic() < deadline and child.poll() is None:
         time.sleep(0.01)
     died_at_fault = child.poll() is not None

@@ -231,6 +231,22 @@ async def test_acknowledged_entries_survive_sigkill_while_locations_are_in_the_m
 
 
 @twisted_test
+async def test_acknowledged_entries_survive_sigkill_in_the_first_checkpoint_after_a_replay(
+    tmp_path: Path,
+) -> None:
+    # The restarted writer replays the first one's journal tail (its locations held), and is killed
+    # right after the checkpoint that wrote them moved lastMark past them: the next start replays none
+    # of that tail, so its locations must be in RocksDB. The second writer adds the same entries again
+    # from entry 0; it may die before any is acknowledged.
+    acked = run_until_killed(tmp_path, engine="db")
+    acked += run_until_killed(tmp_path, engine="db", fault="done:lastMark", acked_at_fault=0)
+    storage = Storage(config(tmp_path, engine="db"), Durable(), reactor)
+    storage.start()
+    assert_served_right(storage, acked)
+    await storage.stop()
+
+
+@twisted_test
 async def test_each_engine_refuses_the_others_directories(tmp_path: Path) -> None:
     durable = Durable()
     storage = started(tmp_path / "interleaved", durable)
