@@ -19,7 +19,7 @@ import logging
 import sys
 import threading
 from array import array
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Final, NamedTuple
 
@@ -263,9 +263,7 @@ class DbLedgerIndex:
                     self._held.add(*queued)
         else:
             self._write_held(wal=replayed)
-            if locations:
-                records = [_records(*queued) for queued in locations]
-                self._locations.write_records(records, _RECORD, sync=False, wal=replayed)
+            self._put(locations, wal=replayed)
         if ledgers:
             self._ledgers_store.write(ledgers)
 
@@ -275,10 +273,16 @@ class DbLedgerIndex:
         with self._held_lock:
             held = self._held
             if held.count:
-                records = [_records(*chunk) for chunk in held.chunks()]
-                self._locations.write_records(records, _RECORD, sync=False, wal=wal)
+                self._put(held.chunks(), wal)
                 self._held = ReplayedLocations()
                 log.info("%s: %d replayed locations written", self._locations_path, held.count)
+
+    def _put(self, queued: Iterable[tuple[int, array[int], array[int]]], wal: bool) -> None:
+        """Ledgers' (ledger id, entry ids, locations) into RocksDB as packed records, unsynced; nothing
+        written (and no sync or flush owed) when there are none."""
+        records = [_records(*locations) for locations in queued]
+        if records:
+            self._locations.write_records(records, _RECORD, sync=False, wal=wal)
 
     @property
     def unpersisted(self) -> bool:
