@@ -45,6 +45,29 @@ def refuses(port: int) -> bool:
         return probe.connect_ex(("127.0.0.1", port)) != 0
 
 
+STOP_WAIT_S = 5.0  # local bound
+
+
+def _wait_stopped(pid: int) -> None:
+    """Until every thread of the process is stopped: SIGSTOP takes effect as each thread next runs, so a
+    JVM thread on the other core could still answer a request sent right after the kill."""
+    deadline = time.monotonic() + STOP_WAIT_S
+    tasks = Path(f"/proc/{pid}/task")
+    while time.monotonic() < deadline:
+        if all(_task_state(task) in "tTX" for task in tasks.iterdir()):
+            return
+        time.sleep(0.001)
+    raise AssertionError(f"process {pid} not stopped {STOP_WAIT_S} s after SIGSTOP")
+
+
+def _task_state(task: Path) -> str:
+    """One thread's state letter from /proc (X: it ended meanwhile)."""
+    try:
+        return (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return "X"
+
+
 class Paused:
     """SIGSTOP the server now, SIGCONT it after `seconds` from a thread (bounded, always resumed)."""
 
@@ -54,6 +77,7 @@ class Paused:
         # Set just before SIGCONT: an answer seen while it is clear came during the pause.
         self.resumed = threading.Event()
         os.kill(self.pid, signal.SIGSTOP)
+        _wait_stopped(self.pid)
         self.timer = threading.Timer(seconds, self._resume)
         self.timer.start()
 
